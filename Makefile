@@ -1,0 +1,50 @@
+# The two commands: `make image` and `make test` (run as root on Debian 12).
+# Both run `make setup` first; every stage prints its duration.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAGE := scripts/stage
+# Tools from the virtualenv first; `setup` itself runs with the system python3.
+WITH_VENV := env PATH=$(abspath $(BIN)):$(PATH)
+# Base images that `make image` prepares; the default image builds on them.
+IMAGE_BASES ?= debian12 debian13 debian13-cuda
+# Base image of the molecule scenarios (any image with python3 and apt).
+EFA_IMAGE_BASE ?= efa-image/base:debian13
+export EFA_IMAGE_BASE
+
+.PHONY: setup image test lint unit packer-check molecule clean
+
+setup:
+	@$(STAGE) --reset
+	@$(STAGE) setup env PYTHONPATH=src $(PYTHON) -m efa_image setup
+
+image: setup
+	@$(STAGE) base-images $(BIN)/efa-image base $(IMAGE_BASES)
+	@$(STAGE) --summary
+
+test: setup
+	@$(MAKE) --no-print-directory lint unit packer-check molecule
+	@$(STAGE) --summary
+
+lint:
+	@$(STAGE) ruff $(BIN)/ruff check src tests molecule
+	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests molecule
+	@$(STAGE) yamllint $(BIN)/yamllint --strict .
+	@$(STAGE) ansible-lint $(WITH_VENV) ansible-lint --strict
+
+unit:
+	@$(STAGE) --pytest pytest $(BIN)/pytest
+
+packer-check:
+	@$(STAGE) packer scripts/packer-check
+
+molecule:
+	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
+	@$(WITH_VENV) scripts/molecule-all
+
+# Removes the base images and test containers; the virtualenv stays (rm -rf .venv).
+clean:
+	-docker ps -aq --filter label=org.efa-image.test=molecule | xargs -r docker rm -f
+	-$(BIN)/efa-image base --clean
+	rm -rf .cache .pytest_cache .ruff_cache

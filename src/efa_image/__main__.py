@@ -1,0 +1,3 @@
+from efa_image.cli import main
+
+raise SystemExit(main())
