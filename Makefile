@@ -13,7 +13,7 @@ IMAGE_BASES ?= debian12 debian13 debian13-cuda
 EFA_IMAGE_BASE ?= efa-image/base:debian13
 export EFA_IMAGE_BASE
 
-.PHONY: setup image test lint unit packer-check molecule clean
+.PHONY: setup image test lint unit packer-check molecule docs clean
 
 setup:
 	@$(STAGE) --reset
@@ -42,6 +42,10 @@ packer-check:
 molecule:
 	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
 	@$(WITH_VENV) scripts/molecule-all
+
+# Regenerates the variable tables in roles/*/README.md from meta/argument_specs.yml.
+docs:
+	$(BIN)/python -m efa_image.roledocs
 
 # Removes the base images and test containers; the virtualenv stays (rm -rf .venv).
 clean:

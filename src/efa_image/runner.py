@@ -72,13 +72,12 @@ def run_command(
         raise EfaImageError(f"command not found: {argv[0]} (run `make setup`)") from exc
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     lines: list[str] = []
-    if input_data is not None:
-        assert proc.stdin is not None
-        proc.stdin.write(input_data)
-        proc.stdin.close()
     assert proc.stdout is not None
     try:
         if stream:
+            if proc.stdin is not None and input_data is not None:
+                proc.stdin.write(input_data)
+                proc.stdin.close()
             for raw in proc.stdout:
                 line = raw.decode(errors="replace").rstrip("\n")
                 lines.append(line)
@@ -86,7 +85,7 @@ def run_command(
                 print(f"  | {line}", flush=True)
             proc.wait(timeout=timeout)
         else:
-            out, _ = proc.communicate(timeout=timeout)
+            out, _ = proc.communicate(input=input_data, timeout=timeout)
             lines = out.decode(errors="replace").splitlines()
             tail.extend(lines)
     except subprocess.TimeoutExpired as exc:

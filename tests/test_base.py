@@ -1,0 +1,109 @@
+import dataclasses
+import json
+
+import pytest
+
+from efa_image import base, cli
+
+
+def test_recipes_cover_debian_12_13_and_cuda():
+    assert {"debian12", "debian13", "debian13-cuda"} <= set(base.RECIPES)
+    assert base.RECIPES["debian13-cuda"].parent == "debian13"
+    for recipe in base.RECIPES.values():
+        if not recipe.parent:
+            assert {"python3", "python3-apt", "ca-certificates"} <= set(recipe.packages)
+
+
+def test_sources_include_contrib_non_free_and_security():
+    sources = base.RECIPES["debian13"].sources()
+    assert sources.count("Components: main contrib non-free non-free-firmware") == 2
+    assert "Suites: trixie trixie-updates" in sources
+    assert "Suites: trixie-security" in sources
+
+
+def test_fingerprint_changes_with_content_and_parent(monkeypatch):
+    recipe = base.RECIPES["debian13"]
+    assert recipe.fingerprint() == base.RECIPES["debian13"].fingerprint()
+    changed = dataclasses.replace(recipe, packages=(*recipe.packages, "curl"))
+    assert changed.fingerprint() != recipe.fingerprint()
+    cuda_before = base.RECIPES["debian13-cuda"].fingerprint()
+    monkeypatch.setitem(base.RECIPES, "debian13", changed)
+    assert base.RECIPES["debian13-cuda"].fingerprint() != cuda_before
+
+
+def test_fingerprint_ignores_the_mirror(monkeypatch):
+    before = base.RECIPES["debian12"].fingerprint()
+    monkeypatch.setattr(base, "DEBIAN_MIRROR", "http://mirror.example.internal/debian")
+    assert base.RECIPES["debian12"].fingerprint() == before
+
+
+def test_labels_and_changes_describe_the_image():
+    recipe = base.RECIPES["debian13-cuda"]
+    labels = base.labels_for(recipe, {"cuda.version": "12.4"})
+    assert labels["org.efa-image.base.recipe"] == recipe.fingerprint()
+    assert labels["org.efa-image.base.cuda.version"] == "12.4"
+    assert labels["org.efa-image.base.parent"].endswith(":debian13")
+    args = base.change_args(recipe, labels)
+    assert args[0::2] == ["--change"] * (len(args) // 2)
+    assert "ENV CUDA_HOME=/usr/lib/nvidia-cuda-toolkit" in args
+    assert f"LABEL org.efa-image.base.cuda.version={json.dumps('12.4')}" in args
+    assert 'CMD ["/bin/bash"]' in base.change_args(base.RECIPES["debian12"], {})
+
+
+def test_prepare_rootfs_leaves_nothing_of_the_host(tmp_path):
+    for directory in (
+        "etc/apt/sources.list.d",
+        "etc/dpkg/dpkg.cfg.d",
+        "etc/apt/apt.conf.d",
+        "var/lib/apt/lists",
+        "var/cache/apt/archives",
+        "var/log/apt",
+    ):
+        (tmp_path / directory).mkdir(parents=True)
+    for leftover in (
+        "etc/resolv.conf",
+        "etc/hostname",
+        "etc/apt/sources.list",
+        "var/lib/apt/lists/x_Packages",
+        "var/cache/apt/pkgcache.bin",
+        "var/cache/apt/archives/a.deb",
+        "var/log/dpkg.log",
+        "var/log/apt/history.log",
+    ):
+        (tmp_path / leftover).write_text("host")
+    base.prepare_rootfs(base.RECIPES["debian12"], tmp_path)
+    remaining = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()}
+    assert remaining == {
+        "etc/apt/sources.list.d/debian.sources",
+        "etc/dpkg/dpkg.cfg.d/excludes",
+        "etc/apt/apt.conf.d/docker-clean",
+    }
+    assert "bookworm-security" in (tmp_path / "etc/apt/sources.list.d/debian.sources").read_text()
+
+
+def test_recipe_for_ref():
+    assert base.recipe_for(base.RECIPES["debian12"].ref) is base.RECIPES["debian12"]
+    assert base.recipe_for("nvidia/cuda:12.4.1-devel-ubuntu22.04") is None
+
+
+def test_missing_debootstrap_names_the_fix(monkeypatch):
+    monkeypatch.setattr(base.shutil, "which", lambda name: None)
+    with pytest.raises(base.EfaImageError, match=r"debootstrap is not installed.*make setup"):
+        base.build_debootstrap(base.RECIPES["debian12"])
+
+
+def test_cli_unknown_recipe_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "ensure_docker", lambda: "running")
+    assert cli.main(["base", "debian99"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "efa-image: error: unknown base image recipe 'debian99'; known: " + ", ".join(base.RECIPES)
+    ]
+
+
+def test_cli_help_explains_the_workflow(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "workflow:" in out and "efa-image base" in out and "make image" in out

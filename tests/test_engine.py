@@ -1,0 +1,55 @@
+import shutil
+import subprocess
+
+import pytest
+
+from efa_image import engine
+from efa_image.errors import EfaImageError
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_pid_files_are_removed_live_ones_kept(tmp_path):
+    stale, live, garbage, absent = (tmp_path / n for n in ("stale", "live", "garbage", "absent"))
+    stale.write_text(f"{dead_pid()}\n")
+    live.write_text("1\n")
+    garbage.write_text("not a pid")
+    removed = engine.remove_stale_pid_files((stale, live, garbage, absent))
+    assert removed == [stale]
+    assert not stale.exists() and live.exists() and garbage.exists()
+
+
+def test_no_dockerd_names_the_fix(monkeypatch):
+    monkeypatch.setattr(engine, "docker_answers", lambda timeout=10.0: False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(EfaImageError, match=r"dockerd is not installed: run `make setup`"):
+        engine.ensure_docker()
+
+
+def test_dockerd_that_exits_shows_its_log(monkeypatch, tmp_path):
+    fake = tmp_path / "dockerd"
+    fake.write_text("#!/bin/sh\necho 'failed to start daemon: boom' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("EFA_IMAGE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(engine, "docker_answers", lambda timeout=10.0: False)
+    monkeypatch.setattr(engine, "STALE_PID_FILES", ())
+    monkeypatch.setattr(shutil, "which", lambda name: str(fake) if name == "dockerd" else None)
+    with pytest.raises(EfaImageError, match=r"(?s)dockerd exited with 1.*failed to start daemon"):
+        engine.ensure_docker(wait_seconds=10)
+
+
+def test_dockerd_that_never_answers_times_out(monkeypatch, tmp_path):
+    fake = tmp_path / "dockerd"
+    fake.write_text("#!/bin/sh\necho 'waiting forever'\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("EFA_IMAGE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(engine, "docker_answers", lambda timeout=10.0: False)
+    monkeypatch.setattr(engine, "STALE_PID_FILES", ())
+    monkeypatch.setattr(shutil, "which", lambda name: str(fake) if name == "dockerd" else None)
+    with pytest.raises(EfaImageError, match=r"(?s)did not answer within 2s.*waiting forever"):
+        engine.ensure_docker(wait_seconds=2)
+    subprocess.run(["pkill", "-f", f"{fake}"], check=False)

@@ -1,0 +1,61 @@
+"""Role hygiene the linters do not check: argument specs, defaults and READMEs agree."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from efa_image import roledocs
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = roledocs.roles(ROOT)
+
+
+def test_there_are_roles():
+    assert [role.name for role in ROLES][:1] == ["common"]
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_argument_specs_match_defaults(role):
+    defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
+    options = roledocs.load_specs(role)["main"]["options"]
+    assert set(options) == set(defaults)
+    for name, option in options.items():
+        assert option.get("default") == defaults[name], name
+        assert option.get("description"), f"{name} has no description"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_other_entry_points_agree_with_main(role):
+    specs = roledocs.load_specs(role)
+    for entry, spec in specs.items():
+        for name, option in spec.get("options", {}).items():
+            assert option == specs["main"]["options"][name], f"{entry}: {name}"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_public_variables_carry_the_role_prefix(role):
+    defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
+    assert all(name.startswith(f"{role.name}_") for name in defaults)
+    private = yaml.safe_load((role / "vars/main.yml").read_text()) or {}
+    assert all(name.startswith(f"_{role.name}_") for name in private)
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_readme_table_is_current(role):
+    readme = (role / "README.md").read_text()
+    expected = roledocs.updated_readme(readme, roledocs.render(roledocs.load_specs(role)))
+    assert readme == expected, f"run `make docs` to update {role.name}/README.md"
+
+
+def test_updated_readme_requires_markers():
+    with pytest.raises(ValueError, match="markers"):
+        roledocs.updated_readme("# no markers\n", "table")
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_dependencies_live_in_meta(role):
+    meta = yaml.safe_load((role / "meta/main.yml").read_text())
+    assert "dependencies" in meta
+    defaults_text = (role / "defaults/main.yml").read_text()
+    assert "dependencies" not in defaults_text

@@ -1,0 +1,48 @@
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGE = str(ROOT / "scripts" / "stage")
+
+
+def run(log, *args):
+    return subprocess.run(
+        [STAGE, *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "EFA_IMAGE_STAGE_LOG": str(log)},
+    )
+
+
+def test_records_each_stage_and_sums_them(tmp_path):
+    log = tmp_path / "stages.tsv"
+    assert run(log, "first", "true").returncode == 0
+    assert run(log, "second", "sleep", "0.2").returncode == 0
+    summary = run(log, "--summary").stdout.splitlines()
+    assert summary[0] == "stage durations:"
+    assert [line.split()[0] for line in summary[1:]] == ["first", "second", "total"]
+    assert float(summary[2].split()[1].rstrip("s")) >= 0.2
+
+
+def test_failure_keeps_exit_code_and_prints_summary(tmp_path):
+    log = tmp_path / "stages.tsv"
+    proc = run(log, "broken", "sh", "-c", "exit 7")
+    assert proc.returncode == 7
+    assert "<== stage broken: failed (exit 7)" in proc.stdout
+    assert "stage durations:" in proc.stdout
+
+
+def test_pytest_without_tests_is_reported_as_empty_not_failed(tmp_path):
+    log = tmp_path / "stages.tsv"
+    proc = run(log, "--pytest", "unit", "sh", "-c", "exit 5")
+    assert proc.returncode == 0
+    assert "empty (no tests collected)" in log.read_text()
+    # Other failures of a pytest stage still fail.
+    assert run(log, "--pytest", "unit", "sh", "-c", "exit 1").returncode == 1
+
+
+def test_reset_forgets_earlier_stages(tmp_path):
+    log = tmp_path / "stages.tsv"
+    run(log, "old", "true")
+    run(log, "--reset")
+    assert run(log, "--summary").stdout == ""
