@@ -91,23 +91,22 @@ class Recipe:
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def debian(major: int, suite: str) -> Recipe:
+    """A Debian minbase with what Ansible needs (python3 and the apt bindings)."""
+    return Recipe(
+        f"debian{major}",
+        f"Debian {major} ({suite}) minbase with python3 and python3-apt",
+        suite=suite,
+        packages=("python3", "python3-apt", "ca-certificates"),
+        env=("LANG=C.UTF-8",),
+    )
+
+
 RECIPES: dict[str, Recipe] = {
     recipe.name: recipe
     for recipe in (
-        Recipe(
-            "debian12",
-            "Debian 12 (bookworm) minbase with python3 and python3-apt",
-            suite="bookworm",
-            packages=("python3", "python3-apt", "ca-certificates"),
-            env=("LANG=C.UTF-8",),
-        ),
-        Recipe(
-            "debian13",
-            "Debian 13 (trixie) minbase with python3 and python3-apt",
-            suite="trixie",
-            packages=("python3", "python3-apt", "ca-certificates"),
-            env=("LANG=C.UTF-8",),
-        ),
+        debian(12, "bookworm"),
+        debian(13, "trixie"),
         Recipe(
             "debian13-cuda",
             "Debian 13 with the CUDA toolkit from non-free (nvcc, CUDA_HOME)",

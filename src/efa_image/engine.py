@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -32,13 +31,12 @@ def docker_answers(timeout: float = 10.0) -> bool:
 
 
 def _pid_alive(pid: int) -> bool:
+    """A zombie (killed, not yet reaped) counts as dead."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def remove_stale_pid_files(pid_files: tuple[Path, ...] = STALE_PID_FILES) -> list[Path]:
