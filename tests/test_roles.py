@@ -12,7 +12,7 @@ ROLES = roledocs.roles(ROOT)
 
 
 def test_there_are_roles():
-    assert [role.name for role in ROLES][:1] == ["common"]
+    assert {"artifact", "common"} <= {role.name for role in ROLES}
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)

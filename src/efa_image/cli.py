@@ -7,18 +7,32 @@ hands everything else to them.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import os
 import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from efa_image import __version__, base, toolchain
 from efa_image.engine import ensure_docker
 from efa_image.errors import EfaImageError
 from efa_image.timing import StepTimer
 
+if TYPE_CHECKING:  # these need PyYAML, which `setup` runs without
+    from efa_image.artifacts import Store
+    from efa_image.flavors import Catalog
+    from efa_image.lock import Artifact, Lock
+
 WORKFLOW = """\
 workflow:
   efa-image setup          install Debian packages, start dockerd, create the virtualenv
   efa-image base           make the base images (debootstrap + docker import) if missing
+  efa-image fetch          check and download every pinned artifact a build needs
+  efa-image mirror create  copy the artifacts into a directory for offline builds
+  efa-image lock update    pin an artifact: download it and write its sha256 into the lock
   make image / make test   the two commands most users need (see README.md)
 
 Every subcommand exits non-zero with one line saying what to do when it fails;
@@ -55,6 +69,147 @@ def cmd_base(args: argparse.Namespace) -> None:
         with timer.step(name):
             print(base.ensure(name, rebuild=args.rebuild), flush=True)
     print(timer.summary())
+
+
+def _artifact_context(args: argparse.Namespace) -> tuple[Lock, Store, Catalog]:
+    from efa_image import artifacts, flavors, lock
+
+    overlays = [Path(p) for p in args.lock_overlay]
+    loaded = lock.load(Path(args.lock) if args.lock else None, overlays)
+    store = artifacts.Store(
+        cache_dir=Path(args.cache) if args.cache else None,
+        mirror=args.mirror or None,
+        allow_unpinned=getattr(args, "allow_unpinned", False),
+        timeout=args.timeout,
+    )
+    return loaded, store, flavors.load_catalog()
+
+
+def _selected(
+    args: argparse.Namespace, loaded: Lock, catalog: Catalog, everything: bool
+) -> list[Artifact]:
+    if args.name:
+        return loaded.select(args.name)
+    if everything and not args.flavor:
+        return list(loaded.artifacts.values())
+    flavor = args.flavor or catalog.default_flavor
+    profile = args.profile or catalog.default_profile
+    print(f"flavour {flavor}, profile {profile}", flush=True)
+    return catalog.needed(loaded, flavor, profile)
+
+
+def _preflight(store: Store, selected: list[Artifact], other_profile: str | None = None) -> None:
+    from efa_image.artifacts import preflight_report
+
+    start = time.monotonic()
+    checks = store.preflight(selected)
+    for check in checks:
+        mark = "ok " if check.ok else "BAD"
+        print(f"  {mark} {check.artifact.name:28} {check.artifact.version:12} {check.detail}")
+    print(f"pre-flight: {len(checks)} artifacts checked in {time.monotonic() - start:.1f}s")
+    if any(not check.ok for check in checks):
+        raise EfaImageError(preflight_report(checks, store.mirror, other_profile))
+
+
+def cmd_fetch(args: argparse.Namespace) -> None:
+    loaded, store, catalog = _artifact_context(args)
+    selected = _selected(args, loaded, catalog, everything=False)
+    profile = args.profile or catalog.default_profile
+    _preflight(store, selected, "portable" if profile != "portable" and not args.name else None)
+    if args.check:
+        return
+    for artifact in selected:
+        start = time.monotonic()
+        path = store.get(artifact)
+        print(f"  {artifact.name:28} {path}  ({time.monotonic() - start:.1f}s)", flush=True)
+
+
+def cmd_mirror_create(args: argparse.Namespace) -> None:
+    from efa_image import mirror
+
+    loaded, store, catalog = _artifact_context(args)
+    selected = _selected(args, loaded, catalog, everything=True)
+    _preflight(store, selected)
+    root = Path(args.directory)
+    for artifact in selected:
+        print(f"  {artifact.mirror_path()}: {mirror.place(store, artifact, root)}", flush=True)
+    mirror.write_index(root, selected)
+    print(f"mirror {root}: {len(selected)} artifacts, index.json and SHA256SUMS written")
+
+
+def cmd_lock_list(args: argparse.Namespace) -> None:
+    loaded, store, _ = _artifact_context(args)
+    for artifact in loaded.artifacts.values():
+        pin = artifact.sha256[:12] if artifact.sha256 else "UNPINNED"
+        source = store.sources(artifact)[0]
+        print(f"{artifact.name:28} {artifact.version:12} {artifact.role:14} {pin:12} {source}")
+
+
+def cmd_lock_update(args: argparse.Namespace) -> None:
+    from efa_image import artifacts, lock
+
+    args.allow_unpinned = True
+    loaded, store, _ = _artifact_context(args)
+    artifact = loaded.get(args.name)
+    # Downloaded without an expected sha256: this is where the pin comes from.
+    path = store.get(replace(artifact, sha256=None))
+    digest = artifacts.sha256_of(path)
+    pinned = store.cached_path(replace(artifact, sha256=digest))
+    pinned.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, pinned)
+    if digest == artifact.sha256:
+        print(f"{artifact.name} {artifact.version}: sha256 {digest} already pinned")
+        return
+    old = loaded.path.read_text()
+    new = lock.set_sha256(old, artifact.name, digest)
+    loaded.path.write_text(new)
+    sys.stdout.writelines(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            str(loaded.path),
+            str(loaded.path),
+        )
+    )
+
+
+def _artifact_options(parser: argparse.ArgumentParser, selection: bool = True) -> None:
+    parser.add_argument("--lock", metavar="FILE", help="lock file (default: the project's)")
+    parser.add_argument(
+        "--lock-overlay",
+        action="append",
+        metavar="FILE",
+        default=[p for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p],
+        help="file whose efa_image_artifacts_overlay replaces fields of lock entries "
+        "(env EFA_IMAGE_LOCK_OVERLAY, colon-separated)",
+    )
+    parser.add_argument(
+        "--mirror",
+        metavar="DIR|URL",
+        default=os.environ.get("EFA_IMAGE_MIRROR"),
+        help="take every artifact from this mirror only (env EFA_IMAGE_MIRROR)",
+    )
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="artifact cache (env EFA_IMAGE_CACHE, default ~/.cache/efa-image)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="connect and read timeout per request (default 20)",
+    )
+    if selection:
+        parser.add_argument("--flavor", help="artifacts of this image flavour")
+        parser.add_argument("--profile", help="with --flavor: the profile choosing role methods")
+        parser.add_argument("--name", action="append", metavar="NAME", help="this artifact only")
+        parser.add_argument(
+            "--allow-unpinned",
+            action="store_true",
+            help="accept artifacts without a sha256 in the lock (not reproducible)",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +250,43 @@ def build_parser() -> argparse.ArgumentParser:
     base_cmd.add_argument("--list", action="store_true", help="show recipes and their state")
     base_cmd.add_argument("--clean", action="store_true", help="remove every base image of ours")
     base_cmd.set_defaults(func=cmd_base)
+
+    fetch = sub.add_parser(
+        "fetch",
+        help="check every artifact a build needs, then download and verify it into the cache",
+        description="Pre-flight every artifact of the flavour (default: the default flavour "
+        "and profile), reporting all missing or unreachable ones at once, then download "
+        "what is not cached and verify it by sha256.",
+    )
+    _artifact_options(fetch)
+    fetch.add_argument("--check", action="store_true", help="pre-flight only, download nothing")
+    fetch.set_defaults(func=cmd_fetch)
+
+    mirror_cmd = sub.add_parser("mirror", help="offline mirrors of the artifacts")
+    mirror_sub = mirror_cmd.add_subparsers(dest="mirror_command", required=True, metavar="ACTION")
+    create = mirror_sub.add_parser(
+        "create",
+        help="copy artifacts (default: the whole lock) into DIR",
+        description="Copy the verified artifacts into DIR/NAME/VERSION/FILENAME and write "
+        "DIR/index.json and DIR/SHA256SUMS. Serve DIR over HTTP or copy it to the build "
+        "host, then build with --mirror DIR|URL.",
+    )
+    create.add_argument("directory", metavar="DIR")
+    _artifact_options(create)
+    create.set_defaults(func=cmd_mirror_create)
+
+    lock_cmd = sub.add_parser("lock", help="inspect and pin the artifact lock")
+    lock_sub = lock_cmd.add_subparsers(dest="lock_command", required=True, metavar="ACTION")
+    listing = lock_sub.add_parser("list", help="every artifact with version, role, pin, source")
+    _artifact_options(listing, selection=False)
+    listing.set_defaults(func=cmd_lock_list)
+    update = lock_sub.add_parser(
+        "update",
+        help="download NAME, compute its sha256 and write it into the lock (shows the diff)",
+    )
+    update.add_argument("name", metavar="NAME")
+    _artifact_options(update, selection=False)
+    update.set_defaults(func=cmd_lock_update)
     return parser
 
 

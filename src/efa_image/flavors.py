@@ -1,0 +1,51 @@
+"""Flavours (roles in an image) and profiles (a method per role) from group_vars."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from efa_image.errors import EfaImageError
+from efa_image.lock import Artifact, Lock
+from efa_image.paths import project_root
+
+
+@dataclass(frozen=True)
+class Catalog:
+    flavors: dict[str, list[str]]
+    profiles: dict[str, dict[str, str]]
+    default_flavor: str
+    default_profile: str
+
+    def roles(self, flavor: str) -> list[str]:
+        if flavor not in self.flavors:
+            raise EfaImageError(f"unknown flavour {flavor!r}; known: {', '.join(self.flavors)}")
+        return self.flavors[flavor]
+
+    def methods(self, profile: str) -> dict[str, str]:
+        if profile not in self.profiles:
+            raise EfaImageError(f"unknown profile {profile!r}; known: {', '.join(self.profiles)}")
+        return self.profiles[profile]
+
+    def needed(self, lock: Lock, flavor: str, profile: str) -> list[Artifact]:
+        """The artifacts a build of flavour with profile downloads."""
+        roles, methods = self.roles(flavor), self.methods(profile)
+        return [
+            artifact
+            for artifact in lock.artifacts.values()
+            if artifact.role in roles and artifact.used_with(methods.get(artifact.role))
+        ]
+
+
+def load_catalog(path: Path | None = None) -> Catalog:
+    path = path or project_root() / "playbooks" / "group_vars" / "all" / "flavors.yml"
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return Catalog(
+        flavors={name: list(spec["roles"]) for name, spec in data["efa_image_flavors"].items()},
+        profiles={name: dict(spec) for name, spec in data["efa_image_profiles"].items()},
+        default_flavor=data["efa_image_default_flavor"],
+        default_profile=data["efa_image_default_profile"],
+    )

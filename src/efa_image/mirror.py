@@ -1,0 +1,52 @@
+"""Offline mirrors: every artifact of a lock in a directory anyone can serve.
+
+Layout (documented in README.md):
+    <mirror>/<name>/<version>/<filename>   the artifact, byte for byte
+    <mirror>/SHA256SUMS                    `sha256sum -c` compatible
+    <mirror>/index.json                    name, version, filename, sha256, role, path
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from efa_image.artifacts import Store, sha256_of
+from efa_image.lock import Artifact
+
+
+def place(store: Store, artifact: Artifact, root: Path) -> str:
+    """Copy the verified artifact into the mirror; return 'copied' or 'present'."""
+    source = store.get(artifact)
+    target = root / artifact.mirror_path()
+    if target.is_file() and sha256_of(target) == sha256_of(source):
+        return "present"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.copyfile(source, partial)
+    os.chmod(partial, 0o644)
+    os.replace(partial, target)
+    return "copied"
+
+
+def write_index(root: Path, artifacts: list[Artifact]) -> None:
+    """Index every artifact the mirror holds, including those placed by earlier runs."""
+    index_path = root / "index.json"
+    entries = {}
+    if index_path.is_file():
+        entries = {(e["name"], e["version"]): e for e in json.loads(index_path.read_text())}
+    for artifact in artifacts:
+        entries[(artifact.name, artifact.version)] = {
+            "name": artifact.name,
+            "version": artifact.version,
+            "role": artifact.role,
+            "filename": artifact.filename,
+            "sha256": sha256_of(root / artifact.mirror_path()),
+            "path": artifact.mirror_path(),
+        }
+    ordered = [entries[key] for key in sorted(entries)]
+    index_path.write_text(json.dumps(ordered, indent=2) + "\n")
+    sums = "".join(f"{entry['sha256']}  {entry['path']}\n" for entry in ordered)
+    (root / "SHA256SUMS").write_text(sums)

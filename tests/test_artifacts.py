@@ -1,0 +1,191 @@
+import hashlib
+import socket
+import threading
+import time
+
+import pytest
+
+from efa_image import artifacts, mirror
+from efa_image.lock import Artifact
+from httpfixture import serve
+
+CONTENT = b"libfabric release archive stand-in\n" * 1000
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def make(url: str | list[str], content: bytes = CONTENT, **fields) -> Artifact:
+    urls = (url,) if isinstance(url, str) else tuple(url)
+    values = {
+        "name": "libfabric",
+        "version": "2.1.0",
+        "role": "efa",
+        "filename": "libfabric-2.1.0.tar.bz2",
+        "urls": urls,
+        "sha256": sha(content),
+        "origin": "versions.yml: efa_image_artifacts.libfabric",
+    }
+    values.update(fields)
+    return Artifact(**values)
+
+
+@pytest.fixture
+def server():
+    with serve() as state:
+        yield state
+
+
+@pytest.fixture
+def store(tmp_path):
+    return artifacts.Store(cache_dir=tmp_path / "cache", timeout=2)
+
+
+def cache_files(store, sub):
+    root = store.cache_dir / sub
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def test_download_enters_the_cache_by_content(server, store):
+    artifact = make(server.add("a.tar.bz2", CONTENT))
+    path = store.get(artifact)
+    assert path == store.cache_dir / "sha256" / artifact.sha256
+    assert path.read_bytes() == CONTENT
+    assert store.get(artifact) == path
+    assert server.hits["/files/a.tar.bz2"] == 1
+    assert cache_files(store, "tmp") == []
+
+
+def test_tampered_cache_file_stops_and_is_moved_aside(server, store):
+    artifact = make(server.add("a.tar.bz2", CONTENT))
+    path = store.get(artifact)
+    path.write_bytes(CONTENT + b"tampered")
+    with pytest.raises(artifacts.ChecksumMismatch) as info:
+        store.get(artifact)
+    message = str(info.value)
+    assert "libfabric 2.1.0 (libfabric-2.1.0.tar.bz2)" in message
+    assert f"the cache ({path})" in message
+    assert sha(CONTENT + b"tampered") in message and artifact.sha256 in message
+    assert not path.exists()
+    assert len(cache_files(store, "quarantine")) == 1
+
+
+def test_tampered_mirror_file_is_never_used(tmp_path):
+    artifact = make("https://unreachable.invalid/a")
+    root = tmp_path / "mirror"
+    (root / "libfabric/2.1.0").mkdir(parents=True)
+    (root / artifact.mirror_path()).write_bytes(b"not the release")
+    store = artifacts.Store(cache_dir=tmp_path / "cache", mirror=str(root))
+    with pytest.raises(artifacts.ChecksumMismatch) as info:
+        store.get(artifact)
+    assert (root / artifact.mirror_path()).as_uri() in str(info.value)
+    assert sha(b"not the release") in str(info.value)
+    assert cache_files(store, "sha256") == []
+    assert len(cache_files(store, "quarantine")) == 1
+
+
+def test_wrong_upstream_file_is_quarantined_not_cached(server, store):
+    artifact = make(server.add("a.tar.bz2", b"something else"))
+    with pytest.raises(artifacts.ChecksumMismatch, match=r"/files/a.tar.bz2: sha256 "):
+        store.get(artifact)
+    assert cache_files(store, "sha256") == []
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [("/truncated", "truncated: got 100 of 1000 bytes"), ("/missing", "HTTP 404")],
+)
+def test_broken_downloads_leave_nothing_in_the_cache(server, store, path, message):
+    artifact = make(server.url + path)
+    with pytest.raises(artifacts.ArtifactError, match=message):
+        store.get(artifact)
+    assert cache_files(store, "sha256") == [] and cache_files(store, "tmp") == []
+
+
+def test_connection_refused(store):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(artifacts.ArtifactError, match="cannot connect"):
+        store.get(make(f"http://127.0.0.1:{port}/a"))
+
+
+def test_server_that_never_answers_is_bounded(server, tmp_path):
+    store = artifacts.Store(cache_dir=tmp_path / "cache", timeout=1)
+    start = time.monotonic()
+    with pytest.raises(artifacts.ArtifactError, match=r"no answer within 1s"):
+        store.get(make(server.url + "/slow"))
+    assert time.monotonic() - start < 10
+    assert cache_files(store, "sha256") == []
+
+
+def test_next_url_is_tried_and_failures_are_listed(server, store):
+    artifact = make([server.url + "/missing", server.add("a", CONTENT)])
+    assert store.get(artifact).read_bytes() == CONTENT
+    with pytest.raises(artifacts.ArtifactError) as info:
+        store.get(make([server.url + "/missing", server.url + "/truncated"], content=b"other"))
+    assert "/missing: HTTP 404" in str(info.value) and "/truncated: truncated" in str(info.value)
+
+
+def test_two_builds_fetching_at_once_download_once(server, store):
+    server.delay = 0.5
+    artifact = make(server.add("a", CONTENT))
+    results: list = []
+    threads = [
+        threading.Thread(target=lambda: results.append(store.get(artifact))) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 2 and results[0] == results[1]
+    assert server.hits["/files/a"] == 1
+
+
+def test_unpinned_is_refused_unless_allowed(server, tmp_path):
+    artifact = make(server.add("a", CONTENT), sha256=None)
+    with pytest.raises(
+        artifacts.ArtifactError, match=r"no sha256 in the lock .*lock update libfabric"
+    ):
+        artifacts.Store(cache_dir=tmp_path / "c").get(artifact)
+    path = artifacts.Store(cache_dir=tmp_path / "c", allow_unpinned=True).get(artifact)
+    assert path.read_bytes() == CONTENT and "unpinned" in path.parts
+
+
+def test_preflight_reports_every_problem_at_once(server, store):
+    good = make(server.add("a", CONTENT), name="good")
+    missing = make(server.url + "/missing", name="missing")
+    unpinned = make(server.add("b", CONTENT), name="unpinned", sha256=None)
+    slow = make(server.url + "/slow", name="slow")
+    start = time.monotonic()
+    checks = store.preflight([good, missing, unpinned, slow])
+    assert time.monotonic() - start < 10
+    assert [c.ok for c in checks] == [True, False, False, False]
+    report = artifacts.preflight_report(checks, None, "portable")
+    assert report.startswith("3 of 4 artifacts cannot be had:")
+    for name in ("missing", "unpinned", "slow"):
+        assert f"  {name} 2.1.0 (libfabric-2.1.0.tar.bz2)" in report
+    assert "--mirror" in report and "portable profile (PROFILE=portable)" in report
+    assert "portable" not in artifacts.preflight_report(checks, None, None)
+    assert "into the mirror /srv/m" in artifacts.preflight_report(checks, "/srv/m", None)
+    assert server.hits["/files/a"] == 1  # a HEAD request, nothing downloaded
+    assert cache_files(store, "sha256") == []
+
+
+def test_mirror_roundtrip_directory_and_url(server, tmp_path):
+    artifact = make(server.add("a", CONTENT))
+    upstream = artifacts.Store(cache_dir=tmp_path / "cache1")
+    root = tmp_path / "mirror"
+    assert mirror.place(upstream, artifact, root) == "copied"
+    assert mirror.place(upstream, artifact, root) == "present"
+    mirror.write_index(root, [artifact])
+    assert (root / "SHA256SUMS").read_text() == f"{artifact.sha256}  {artifact.mirror_path()}\n"
+    offline = make("https://unreachable.invalid/a")
+    from_dir = artifacts.Store(cache_dir=tmp_path / "cache2", mirror=str(root))
+    assert from_dir.get(offline).read_bytes() == CONTENT
+    server.add(artifact.mirror_path(), CONTENT)
+    from_url = artifacts.Store(cache_dir=tmp_path / "cache3", mirror=f"{server.url}/files/")
+    assert from_url.sources(offline) == [f"{server.url}/files/{artifact.mirror_path()}"]
+    assert from_url.get(offline).read_bytes() == CONTENT
+    assert from_url.check(offline).ok

@@ -1,0 +1,136 @@
+import textwrap
+
+import pytest
+
+from efa_image import lock
+
+GOOD_SHA = "a" * 64
+
+
+def write(tmp_path, text, name="versions.yml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def entry(**overrides):
+    fields = {
+        "version": "2.1.0",
+        "role": "efa",
+        "filename": "libfabric-{version}.tar.bz2",
+        "urls": ["https://example.invalid/libfabric-{version}.tar.bz2"],
+        "sha256": GOOD_SHA,
+    }
+    fields.update(overrides)
+    return fields
+
+
+def test_project_lock_parses_and_names_roles(root):
+    loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
+    assert loaded.artifacts
+    for artifact in loaded.artifacts.values():
+        assert artifact.urls and artifact.role and artifact.version
+
+
+def test_version_is_substituted_in_filename_and_urls():
+    artifact = lock.parse_entry("libfabric", entry(), "f: k")
+    assert artifact.filename == "libfabric-2.1.0.tar.bz2"
+    assert artifact.urls == ("https://example.invalid/libfabric-2.1.0.tar.bz2",)
+    assert artifact.mirror_path() == "libfabric/2.1.0/libfabric-2.1.0.tar.bz2"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"urls": []}, r"versions.yml: efa_image_artifacts.libfabric: missing urls"),
+        ({"urls": "https://x"}, r"\.urls: expected a list"),
+        ({"urls": ["ftp://x/y"]}, r"\.urls: 'ftp://x/y' is not an http"),
+        ({"sha256": "abc"}, r"\.sha256: 'abc' is not 64 hexadecimal digits"),
+        ({"sha256": "g" * 64}, r"\.sha256: .* is not 64 hexadecimal"),
+        ({"sha265": GOOD_SHA}, r"unknown field\(s\) sha265"),
+        ({"kind": "rpm"}, r"\.kind: 'rpm' is not one of file, wheel"),
+        ({"version": None}, r"missing version"),
+    ],
+)
+def test_malformed_entries_are_rejected_naming_file_and_key(fields, message):
+    with pytest.raises(lock.LockError, match=message):
+        lock.parse_entry(
+            "libfabric", entry(**fields), "versions.yml: efa_image_artifacts.libfabric"
+        )
+
+
+def test_empty_sha256_means_unpinned():
+    assert not lock.parse_entry("x", entry(sha256=""), "f").pinned
+    assert lock.parse_entry("x", entry(sha256=GOOD_SHA.upper()), "f").sha256 == GOOD_SHA
+
+
+def test_overlay_replaces_fields_and_refuses_unknown_components(tmp_path):
+    base = write(
+        tmp_path,
+        f"""\
+        efa_image_artifacts:
+          libfabric:
+            version: "2.1.0"
+            role: efa
+            filename: libfabric-{{version}}.tar.bz2
+            urls: [https://example.invalid/a]
+            sha256: "{GOOD_SHA}"
+        """,
+    )
+    overlay = write(
+        tmp_path,
+        f"""\
+        efa_image_artifacts_overlay:
+          libfabric:
+            filename: libfabric_{{version}}.orig.tar.xz
+            urls: ["http://deb.example.invalid/libfabric_{{version}}.orig.tar.xz"]
+            sha256: "{"b" * 64}"
+        """,
+        "overlay.yml",
+    )
+    merged = lock.load(base, [overlay]).get("libfabric")
+    assert merged.filename == "libfabric_2.1.0.orig.tar.xz"
+    assert merged.sha256 == "b" * 64 and merged.role == "efa"
+    bad = write(tmp_path, "efa_image_artifacts_overlay:\n  libfabrik: {version: '1'}\n", "bad.yml")
+    with pytest.raises(
+        lock.LockError, match=r"bad.yml: efa_image_artifacts_overlay.libfabrik: unknown component"
+    ):
+        lock.load(base, [bad])
+
+
+def test_unknown_component_lookup_names_the_known_ones(tmp_path, root):
+    loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
+    with pytest.raises(lock.LockError, match=r"unknown component 'nope' \(known: .*libfabric"):
+        loaded.get("nope")
+
+
+def test_broken_files_name_the_file(tmp_path):
+    with pytest.raises(lock.LockError, match="no such lock file"):
+        lock.load(tmp_path / "missing.yml")
+    with pytest.raises(lock.LockError, match="not valid YAML"):
+        lock.load(write(tmp_path, "efa_image_artifacts: [unclosed\n"))
+    with pytest.raises(lock.LockError, match="must be a non-empty mapping"):
+        lock.load(write(tmp_path, "efa_image_artifacts: {}\n"))
+
+
+def test_set_sha256_rewrites_only_that_entry():
+    text = textwrap.dedent(f"""\
+        ---
+        # comment kept
+        efa_image_artifacts:
+          libfabric:
+            version: "2.1.0"
+            sha256: "{GOOD_SHA}"  # old
+          openmpi:
+            version: "5.0.7"
+            sha256: ""
+        other:
+          openmpi:
+            sha256: keep
+        """)
+    updated = lock.set_sha256(text, "openmpi", "c" * 64)
+    assert updated.count("c" * 64) == 1
+    assert f'sha256: "{GOOD_SHA}"  # old' in updated
+    assert "sha256: keep" in updated and "# comment kept" in updated
+    with pytest.raises(lock.LockError, match="no `sha256:` line"):
+        lock.set_sha256(text, "metis", "c" * 64)
