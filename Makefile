@@ -12,8 +12,13 @@ IMAGE_BASES ?= debian12 debian13 debian13-cuda
 # Base image of the molecule scenarios (any image with python3 and apt).
 EFA_IMAGE_BASE ?= efa-image/base:debian13
 export EFA_IMAGE_BASE
+# The CI mirror: what the scenarios build from, filled from Debian's source pool
+# and PyPI with the pins of .ci/lock-overlay.yml.
+MIRROR ?= $(CURDIR)/.cache/ci-mirror
+CI_LOCK_OVERLAY := $(CURDIR)/.ci/lock-overlay.yml
+CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel
 
-.PHONY: setup image test lint unit packer-check molecule docs clean
+.PHONY: setup image test lint unit packer-check ci-mirror molecule docs clean
 
 setup:
 	@$(STAGE) --reset
@@ -24,7 +29,7 @@ image: setup
 	@$(STAGE) --summary
 
 test: setup
-	@$(MAKE) --no-print-directory lint unit packer-check molecule
+	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror molecule
 	@$(STAGE) --summary
 
 lint:
@@ -39,9 +44,14 @@ unit:
 packer-check:
 	@$(STAGE) packer scripts/packer-check
 
+ci-mirror:
+	@$(STAGE) ci-mirror env EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
+	    $(BIN)/efa-image mirror create $(MIRROR) $(addprefix --name ,$(CI_MIRROR_ARTIFACTS))
+
 molecule:
 	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
-	@$(WITH_VENV) scripts/molecule-all
+	@$(WITH_VENV) EFA_IMAGE_MIRROR=$(MIRROR) EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
+	    scripts/molecule-all
 
 # Regenerates the variable tables in roles/*/README.md from meta/argument_specs.yml.
 docs:
