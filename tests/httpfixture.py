@@ -1,6 +1,6 @@
 """A local HTTP server on 127.0.0.1 for download tests (generic mechanics only).
 
-Routes: /files/<name> serves registered bytes (counting requests), /truncated
+Routes: /files/<name> serves registered bytes (hits counts "METHOD path"), /truncated
 promises more bytes than it sends, /slow never answers within the test's
 timeout, anything else is 404.
 """
@@ -46,7 +46,7 @@ def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
             self.do_GET()
 
         def do_GET(self) -> None:
-            server.hits[self.path] += 1
+            server.hits[f"{self.command} {self.path}"] += 1
             if self.path.startswith("/files/") and self.path[7:] in server.files:
                 time.sleep(server.delay)
                 self._send(server.files[self.path[7:]])

@@ -53,7 +53,7 @@ def test_download_enters_the_cache_by_content(server, store):
     assert path == store.cache_dir / "sha256" / artifact.sha256
     assert path.read_bytes() == CONTENT
     assert store.get(artifact) == path
-    assert server.hits["/files/a.tar.bz2"] == 1
+    assert server.hits["GET /files/a.tar.bz2"] == 1
     assert cache_files(store, "tmp") == []
 
 
@@ -140,7 +140,7 @@ def test_two_builds_fetching_at_once_download_once(server, store):
     for thread in threads:
         thread.join()
     assert len(results) == 2 and results[0] == results[1]
-    assert server.hits["/files/a"] == 1
+    assert server.hits["GET /files/a"] == 1
 
 
 def test_unpinned_is_refused_unless_allowed(server, tmp_path):
@@ -169,7 +169,7 @@ def test_preflight_reports_every_problem_at_once(server, store):
     assert "--mirror" in report and "portable profile (PROFILE=portable)" in report
     assert "portable" not in artifacts.preflight_report(checks, None, None)
     assert "into the mirror /srv/m" in artifacts.preflight_report(checks, "/srv/m", None)
-    assert server.hits["/files/a"] == 1  # a HEAD request, nothing downloaded
+    assert server.hits["HEAD /files/a"] == 1 and server.hits["GET /files/a"] == 0
     assert cache_files(store, "sha256") == []
 
 

@@ -134,3 +134,31 @@ def test_set_sha256_rewrites_only_that_entry():
     assert "sha256: keep" in updated and "# comment kept" in updated
     with pytest.raises(lock.LockError, match="no `sha256:` line"):
         lock.set_sha256(text, "metis", "c" * 64)
+
+
+def test_every_locked_role_and_method_is_known(root):
+    from efa_image import flavors
+
+    catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
+    loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
+    roles = {role for names in catalog.flavors.values() for role in names}
+    methods = {(role, m) for profile in catalog.profiles.values() for role, m in profile.items()}
+    for artifact in loaded.artifacts.values():
+        assert artifact.role in roles, artifact.name
+        if artifact.name != "openmpi4":  # opt-in method, chosen per build (source4)
+            assert all((artifact.role, m) in methods for m in artifact.methods), artifact.name
+
+
+def test_flavour_selection_follows_the_profile(root):
+    from efa_image import flavors
+
+    catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
+    loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
+    aws = {a.name for a in catalog.needed(loaded, "efa", "aws")}
+    portable = {a.name for a in catalog.needed(loaded, "efa", "portable")}
+    assert "efa_installer" in aws and "libfabric" not in aws
+    assert {"libfabric", "openmpi", "nccl_wheel", "aws_ofi_nccl"} <= portable
+    assert "efa_installer" not in portable and "metis" not in portable
+    assert "metis" in {a.name for a in catalog.needed(loaded, "sagemaker", "portable")}
+    with pytest.raises(lock.EfaImageError, match="unknown flavour 'x'"):
+        catalog.needed(loaded, "x", "aws")

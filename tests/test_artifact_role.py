@@ -1,0 +1,72 @@
+"""The artifact role stops a play before the target changes when a file is bad.
+
+Runs ansible-playbook against localhost (connection local) with a mirror
+directory holding a tampered file: a generic fixture, not an upstream source.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = b"the real archive\n"
+
+
+def play(tmp_path, mirror_content: bytes):
+    mirror = tmp_path / "mirror" / "libfabric" / "2.1.0"
+    mirror.mkdir(parents=True)
+    (mirror / "libfabric-2.1.0.tar.bz2").write_bytes(mirror_content)
+    (tmp_path / "lock.yml").write_text(textwrap.dedent(f"""\
+        efa_image_artifacts:
+          libfabric:
+            version: "2.1.0"
+            role: efa
+            filename: libfabric-{{version}}.tar.bz2
+            urls: ["https://unreachable.invalid/libfabric-{{version}}.tar.bz2"]
+            sha256: "{hashlib.sha256(GOOD).hexdigest()}"
+        """))
+    dest = tmp_path / "target"
+    (tmp_path / "play.yml").write_text(textwrap.dedent(f"""\
+        - name: Place an artifact
+          hosts: localhost
+          connection: local
+          gather_facts: false
+          vars_files: [lock.yml]
+          vars:
+            ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
+          roles:
+            - role: artifact
+              vars:
+                artifact_names: [libfabric]
+                artifact_dest: {dest}
+                artifact_mirror: {tmp_path / "mirror"}
+                artifact_cache_dir: {tmp_path / "cache"}
+        """))
+    playbook = Path(sys.executable).with_name("ansible-playbook")
+    proc = subprocess.run(
+        [str(playbook), "-i", "localhost,", str(tmp_path / "play.yml")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+             "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "EFA_IMAGE_LOCK_OVERLAY": ""},
+    )
+    return proc, dest
+
+
+def test_good_file_reaches_the_target(tmp_path):
+    proc, dest = play(tmp_path, GOOD)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (dest / "libfabric-2.1.0.tar.bz2").read_bytes() == GOOD
+
+
+def test_tampered_mirror_file_stops_before_the_target_changes(tmp_path):
+    proc, dest = play(tmp_path, b"tampered\n")
+    assert proc.returncode != 0
+    output = " ".join(proc.stdout.split())
+    assert "libfabric 2.1.0 (libfabric-2.1.0.tar.bz2)" in output
+    assert hashlib.sha256(b"tampered\n").hexdigest() in output
+    assert hashlib.sha256(GOOD).hexdigest() in output
+    assert not dest.exists()
+    assert len(list((tmp_path / "cache" / "quarantine").iterdir())) == 1
