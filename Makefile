@@ -33,8 +33,8 @@ test: setup
 	@$(STAGE) --summary
 
 lint:
-	@$(STAGE) ruff $(BIN)/ruff check src tests molecule
-	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests molecule
+	@$(STAGE) ruff $(BIN)/ruff check src tests molecule roles
+	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests molecule roles
 	@$(STAGE) yamllint $(BIN)/yamllint --strict .
 	@$(STAGE) ansible-lint $(WITH_VENV) ansible-lint --strict
 

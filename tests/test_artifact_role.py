@@ -19,7 +19,8 @@ def play(tmp_path, mirror_content: bytes):
     mirror = tmp_path / "mirror" / "libfabric" / "2.1.0"
     mirror.mkdir(parents=True)
     (mirror / "libfabric-2.1.0.tar.bz2").write_bytes(mirror_content)
-    (tmp_path / "lock.yml").write_text(textwrap.dedent(f"""\
+    (tmp_path / "lock.yml").write_text(
+        textwrap.dedent(f"""\
         efa_image_artifacts:
           libfabric:
             version: "2.1.0"
@@ -27,9 +28,11 @@ def play(tmp_path, mirror_content: bytes):
             filename: libfabric-{{version}}.tar.bz2
             urls: ["https://unreachable.invalid/libfabric-{{version}}.tar.bz2"]
             sha256: "{hashlib.sha256(GOOD).hexdigest()}"
-        """))
+        """)
+    )
     dest = tmp_path / "target"
-    (tmp_path / "play.yml").write_text(textwrap.dedent(f"""\
+    (tmp_path / "play.yml").write_text(
+        textwrap.dedent(f"""\
         - name: Place an artifact
           hosts: localhost
           connection: local
@@ -44,13 +47,20 @@ def play(tmp_path, mirror_content: bytes):
                 artifact_dest: {dest}
                 artifact_mirror: {tmp_path / "mirror"}
                 artifact_cache_dir: {tmp_path / "cache"}
-        """))
+        """)
+    )
     playbook = Path(sys.executable).with_name("ansible-playbook")
     proc = subprocess.run(
         [str(playbook), "-i", "localhost,", str(tmp_path / "play.yml")],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-             "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "EFA_IMAGE_LOCK_OVERLAY": ""},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "EFA_IMAGE_LOCK_OVERLAY": "",
+        },
     )
     return proc, dest
 

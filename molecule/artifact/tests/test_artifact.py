@@ -25,8 +25,9 @@ def test_requirements_pin_every_wheel_by_hash(host):
     wheel = LOCK.get("nccl_wheel")
     lines = [
         line
-        for line in host.file("/var/tmp/efa-image-build/wheelhouse/requirements.txt")
-        .content_string.splitlines()
+        for line in host.file(
+            "/var/tmp/efa-image-build/wheelhouse/requirements.txt"
+        ).content_string.splitlines()
         if line and not line.startswith("#")
     ]
     assert lines == [f"nvidia_nccl_cu12=={wheel.version} --hash=sha256:{wheel.sha256}"]
@@ -50,8 +51,8 @@ def test_pip_refuses_a_wheel_whose_hash_differs(host):
     result = host.run(
         "set -e; d=$(mktemp -d); trap 'rm -rf $d' EXIT;"
         f" echo 'nvidia_nccl_cu12=={wheel.version} --hash=sha256:{wrong}' > $d/req.txt;"
-        f" {VENV}/bin/python -m pip install --dry-run --ignore-installed --no-index --require-hashes"
-        f" --find-links /var/tmp/efa-image-build/wheelhouse -r $d/req.txt"
+        f" {VENV}/bin/python -m pip install --dry-run --ignore-installed --no-index"
+        " --require-hashes --find-links /var/tmp/efa-image-build/wheelhouse -r $d/req.txt"
     )
     assert result.rc != 0
     assert "DO NOT MATCH THE HASHES" in result.stderr
