@@ -22,7 +22,7 @@ from efa_image.errors import EfaImageError
 from efa_image.timing import StepTimer
 
 if TYPE_CHECKING:  # these need PyYAML, which `setup` runs without
-    from efa_image.artifacts import Store
+    from efa_image.artifacts import Check, Store
     from efa_image.flavors import Catalog
     from efa_image.lock import Artifact, Lock
 
@@ -98,7 +98,9 @@ def _selected(
     return catalog.needed(loaded, flavor, profile)
 
 
-def _preflight(store: Store, selected: list[Artifact], other_profile: str | None = None) -> None:
+def _preflight(
+    store: Store, selected: list[Artifact], other_profile: str | None = None
+) -> list[Check]:
     from efa_image.artifacts import preflight_report
 
     start = time.monotonic()
@@ -109,19 +111,23 @@ def _preflight(store: Store, selected: list[Artifact], other_profile: str | None
     print(f"pre-flight: {len(checks)} artifacts checked in {time.monotonic() - start:.1f}s")
     if any(not check.ok for check in checks):
         raise EfaImageError(preflight_report(checks, store.mirror, other_profile))
+    return checks
 
 
 def cmd_fetch(args: argparse.Namespace) -> None:
     loaded, store, catalog = _artifact_context(args)
     selected = _selected(args, loaded, catalog, everything=False)
     profile = args.profile or catalog.default_profile
-    _preflight(store, selected, "portable" if profile != "portable" and not args.name else None)
+    other = "portable" if profile != "portable" and not args.name else None
+    checks = _preflight(store, selected, other)
     if args.check:
         return
-    for artifact in selected:
+    for check in checks:
         start = time.monotonic()
-        path = store.get(artifact)
-        print(f"  {artifact.name:28} {path}  ({time.monotonic() - start:.1f}s)", flush=True)
+        # The pre-flight has just verified cached files; only the rest is fetched.
+        path = store.cached_path(check.artifact) if check.where == "cache" else None
+        path = path or store.get(check.artifact)
+        print(f"  {check.artifact.name:28} {path}  ({time.monotonic() - start:.1f}s)", flush=True)
 
 
 def cmd_mirror_create(args: argparse.Namespace) -> None:
