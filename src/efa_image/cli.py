@@ -179,6 +179,17 @@ def cmd_lock_update(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_verify(args: argparse.Namespace) -> None:
+    from efa_image import containers, verify
+
+    ensure_docker()
+    with containers.target(args.container, args.image) as run:
+        report = verify.verify_efa(run, prefix=args.prefix, version=args.version)
+    print(report.to_json() if args.json else report.render())
+    if not report.ok:
+        raise EfaImageError(f"verification failed ({report.mode} mode)")
+
+
 def _artifact_options(parser: argparse.ArgumentParser, selection: bool = True) -> None:
     parser.add_argument("--lock", metavar="FILE", help="lock file (default: the project's)")
     parser.add_argument(
@@ -256,6 +267,22 @@ def build_parser() -> argparse.ArgumentParser:
     base_cmd.add_argument("--list", action="store_true", help="show recipes and their state")
     base_cmd.add_argument("--clean", action="store_true", help="remove every base image of ours")
     base_cmd.set_defaults(func=cmd_base)
+
+    verify_cmd = sub.add_parser(
+        "verify",
+        help="verify the EFA userspace in a container or image (knows whether EFA is present)",
+        description="Run the EFA checks inside a running container (--container) or a "
+        "throw-away container of an image (--image; the host's /dev/infiniband/uverbs* are "
+        "passed in). With EFA devices, fi_info must list efa RDM endpoints with "
+        "FI_PROTO_EFA; without, the report says so and checks the build instead.",
+    )
+    where = verify_cmd.add_mutually_exclusive_group(required=True)
+    where.add_argument("--container", metavar="NAME")
+    where.add_argument("--image", metavar="REF")
+    verify_cmd.add_argument("--prefix", default="/opt/amazon/efa", help="libfabric prefix")
+    verify_cmd.add_argument("--version", help="libfabric version that must be installed")
+    verify_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify_cmd.set_defaults(func=cmd_verify)
 
     fetch = sub.add_parser(
         "fetch",

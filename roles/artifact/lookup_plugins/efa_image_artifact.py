@@ -46,6 +46,10 @@ options:
     description: Accept entries without a sha256.
     type: bool
     default: false
+  fetch:
+    description: Download and verify (true), or only resolve the entries (false, no path).
+    type: bool
+    default: true
 """
 
 
@@ -76,17 +80,19 @@ class LookupModule(LookupBase):
                     known = ", ".join(sorted(parsed))
                     raise lock.LockError(f"unknown component {name!r} (known: {known})")
                 artifact = parsed[name]
-                path = store.get(artifact)
-                results.append(
-                    {
-                        "name": artifact.name,
-                        "version": artifact.version,
-                        "filename": artifact.filename,
-                        "sha256": artifact.sha256 or artifacts.sha256_of(path),
-                        "kind": artifact.kind,
-                        "path": str(path),
-                    }
-                )
+                result = {
+                    "name": artifact.name,
+                    "version": artifact.version,
+                    "filename": artifact.filename,
+                    "sha256": artifact.sha256,
+                    "kind": artifact.kind,
+                    "urls": list(store.sources(artifact)),
+                }
+                if self.get_option("fetch"):
+                    path = store.get(artifact)
+                    result["path"] = str(path)
+                    result["sha256"] = artifact.sha256 or artifacts.sha256_of(path)
+                results.append(result)
         except Exception as exc:  # efa_image errors carry the message users need
             raise AnsibleLookupError(str(exc)) from exc
         return results

@@ -1,0 +1,44 @@
+"""Run commands in a container: an existing one, or a throw-away one of an image."""
+
+from __future__ import annotations
+
+import glob
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from efa_image.runner import run_command
+from efa_image.verify import Outcome, Run
+
+
+def exec_in(container: str) -> Run:
+    def run(command: str) -> Outcome:
+        proc = subprocess.run(
+            ["docker", "exec", container, "/bin/sh", "-c", command],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@contextmanager
+def target(container: str | None, image: str | None) -> Iterator[Run]:
+    if container:
+        yield exec_in(container)
+        return
+    name = f"efa-image-verify-{uuid.uuid4().hex[:8]}"
+    # HARDWARE: on an EFA instance the devices are passed in, as SageMaker and ECS do.
+    devices = [
+        arg for dev in sorted(glob.glob("/dev/infiniband/uverbs*")) for arg in ("--device", dev)
+    ]
+    run_command(
+        ["docker", "run", "-d", "--rm", "--name", name, *devices, str(image), "sleep", "3600"]
+    )
+    try:
+        yield exec_in(name)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)

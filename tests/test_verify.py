@@ -1,0 +1,79 @@
+from efa_image import verify
+
+VERSION = "/opt/amazon/efa/bin/fi_info: 2.1.0\nlibfabric: 2.1.0\nlibfabric api: 2.1\n"
+PROVIDERS = "efa:\n    version: 201.0\ntcp:\n    version: 201.0\nshm:\n    version: 201.0\n"
+LDD = (
+    "\tlibefa.so.1 => /lib/x86_64-linux-gnu/libefa.so.1 (0x1)\n"
+    "\tlibibverbs.so.1 => /lib/x86_64-linux-gnu/libibverbs.so.1 (0x2)\n"
+)
+TCP = "provider: tcp\n    fabric: 172.17.0.0/16\n    type: FI_EP_RDM\n    protocol: FI_PROTO_XNET\n"
+EFA_HW = (
+    "provider: efa\n    fabric: efa\n    domain: rdmap16s27-rdm\n    version: 122.0\n"
+    "    type: FI_EP_RDM\n    protocol: FI_PROTO_EFA\n"
+)
+
+
+def fake(responses):
+    def run(command):
+        for needle, outcome in responses.items():
+            if needle in command:
+                return verify.Outcome(*outcome)
+        return verify.Outcome(127, "", f"unexpected command {command}")
+
+    return run
+
+
+def base(**overrides):
+    responses = {
+        "ls -1 /dev/infiniband": (0, "", ""),
+        "--version": (0, VERSION, ""),
+        "fi_info -l": (0, PROVIDERS, ""),
+        "ldd": (0, LDD, ""),
+        "-p efa": (1, "", "fi_getinfo: -61 (No data available)\n"),
+        "-p tcp": (0, TCP, ""),
+    }
+    responses.update(overrides)
+    return fake(responses)
+
+
+def test_no_device_mode_checks_the_build_and_says_why():
+    report = verify.verify_efa(base(), version="2.1.0")
+    assert report.mode == "no-device" and "no /dev/infiniband/uverbs*" in report.reason
+    assert report.ok, report.render()
+    checks = [f.check for f in report.findings]
+    assert "efa without a device" in checks and "libfabric links libefa" in checks
+    assert "efa RDM endpoints" not in checks
+
+
+def test_hardware_mode_requires_efa_rdm_endpoints():
+    devices = {"ls -1 /dev/infiniband": (0, "uverbs0\nuverbs1\n", "")}
+    good = verify.verify_efa(base(**devices, **{"-p efa": (0, EFA_HW, "")}))
+    assert good.mode == "hardware" and "uverbs0, uverbs1" in good.reason and good.ok
+    bad = verify.verify_efa(base(**devices))
+    assert not bad.ok
+    assert "FAIL efa RDM endpoints: 0 with FI_PROTO_EFA" in bad.render()
+
+
+def test_wrong_version_missing_provider_and_unresolved_library_fail():
+    report = verify.verify_efa(
+        base(
+            **{
+                "fi_info -l": (0, "tcp:\n    version: 201.0\n", ""),
+                "ldd": (0, LDD + "\tlibnl-3.so.200 => not found\n", ""),
+            }
+        ),
+        version="2.5.1",
+    )
+    failed = {f.check for f in report.findings if not f.ok}
+    assert failed == {"version", "efa provider built", "shared libraries"}
+    assert "result: FAILED" in report.render()
+
+
+def test_efa_failing_for_another_reason_is_not_accepted():
+    report = verify.verify_efa(base(**{"-p efa": (1, "", "fi_getinfo: -2 (No such file)\n")}))
+    assert not report.ok
+    assert "fi_getinfo -2" in report.render()
+
+
+def test_empty_report_is_not_ok():
+    assert not verify.Report("no-device", "nothing ran").ok
