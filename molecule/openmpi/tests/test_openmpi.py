@@ -1,0 +1,82 @@
+"""Open MPI from source over libfabric: OFI MTL built, allreduce over the tcp provider."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from efa_image import lock
+
+ROOT = Path(__file__).resolve().parents[3]
+OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
+OPENMPI = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("openmpi")
+PREFIX = "/opt/amazon/openmpi"
+PROGRAM = (Path(__file__).parent / "allreduce.c").read_text()
+# Open MPI's OFI MTL excludes tcp by default; without EFA, this selects it.
+OFI_TCP = "--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp"
+
+
+@pytest.fixture(scope="module")
+def program(host):
+    host.run("mkdir -p /tmp/mpitest")
+    result = host.run(
+        f"cat > /tmp/mpitest/allreduce.c <<'EOF'\n{PROGRAM}EOF\n"
+        f"{PREFIX}/bin/mpicc -o /tmp/mpitest/allreduce /tmp/mpitest/allreduce.c"
+    )
+    assert result.rc == 0, result.stderr
+    return "/tmp/mpitest/allreduce"
+
+
+def test_version_and_ofi_mtl(host):
+    info = host.check_output(f"{PREFIX}/bin/ompi_info")
+    assert f"Open MPI: {OPENMPI.version}" in info
+    assert "MCA mtl: ofi" in info
+
+
+def test_libraries_resolve(host):
+    for library in ("libmpi.so", "openmpi/mca_mtl_ofi.so"):
+        path = f"{PREFIX}/lib/{library}"
+        if host.file(path).exists:
+            assert "not found" not in host.check_output(f"ldd {path}")
+    assert "/opt/amazon/efa/lib/libfabric.so.1" in host.check_output(
+        f"ldd {PREFIX}/lib/libmpi.so || ldd {PREFIX}/lib/openmpi/mca_mtl_ofi.so"
+    )
+
+
+def test_allreduce_on_two_ranks_through_the_ofi_mtl(host, program):
+    result = host.run(
+        f"bash -lc '{PREFIX}/bin/mpirun -np 2 {OFI_TCP} --mca mtl_base_verbose 10 {program}'"
+    )
+    assert result.rc == 0, result.stdout + result.stderr
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    assert [line.split(" on ")[0] for line in lines] == ["rank 0 of 2", "rank 1 of 2"]
+    assert all(line.endswith("sum 3 expected 3") for line in lines)
+    # The OFI MTL really carried it, with libfabric's tcp provider.
+    assert "mtl:ofi:provider: tcp" in (result.stdout + result.stderr).replace(
+        "mtl:ofi:provider:tcp", "mtl:ofi:provider: tcp"
+    )
+
+
+def test_mpirun_as_root_from_the_image_environment(host, program):
+    env = json.loads(host.file("/opt/efa-image/env.d/20-openmpi.json").content_string)
+    assert env["path"] == [f"{PREFIX}/bin"]
+    assert env["env"] == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    # As docker run would: no login shell, only the image's ENV.
+    variables = " ".join(f"{k}={v}" for k, v in env["env"].items())
+    result = host.run(f"env {variables} PATH={PREFIX}/bin:/usr/bin:/bin mpirun -n 1 uname -n")
+    assert result.rc == 0, result.stderr
+    assert result.stdout.strip()
+
+
+def test_container_defaults_in_their_own_block(host):
+    params = host.file(f"{PREFIX}/etc/openmpi-mca-params.conf").content_string
+    assert "# BEGIN efa-image openmpi role: container defaults" in params
+    assert "btl_tcp_if_exclude = lo,docker0" in params
+
+
+def test_record_and_no_build_tree(host):
+    record = json.loads(host.file(f"{PREFIX}/.efa-image-installed").content_string)
+    assert record["version"] == OPENMPI.version and record["sha256"] == OPENMPI.sha256
+    assert "--with-ofi=/opt/amazon/efa" in record["configure"]
+    assert not host.file("/var/tmp/efa-image-build/openmpi").exists
