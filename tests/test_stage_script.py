@@ -46,3 +46,10 @@ def test_reset_forgets_earlier_stages(tmp_path):
     run(log, "old", "true")
     run(log, "--reset")
     assert run(log, "--summary").stdout == ""
+
+
+def test_skipped_stage_is_listed_with_its_reason(tmp_path):
+    log = tmp_path / "stages.tsv"
+    proc = run(log, "--skip", "molecule:x", "the mirror lacks y")
+    assert proc.returncode == 0 and "skipped: the mirror lacks y" in proc.stdout
+    assert "skipped: the mirror lacks y" in run(log, "--summary").stdout

@@ -1,0 +1,29 @@
+"""The AWS EFA installer in container mode, and the Open MPI it installs."""
+
+import os
+from pathlib import Path
+
+from efa_image import lock, verify
+
+ROOT = Path(__file__).resolve().parents[3]
+OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
+INSTALLER = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("efa_installer")
+
+
+def test_installer_record_names_the_version(host):
+    record = host.file("/opt/amazon/efa_installed_packages").content_string
+    assert f"EFA installer version: {INSTALLER.version}" in record
+
+
+def test_libfabric_verifies(host):
+    report = verify.verify_efa(host.run, "/opt/amazon/efa")
+    assert report.ok, report.render()
+
+
+def test_installer_open_mpi_has_the_ofi_mtl(host):
+    assert "MCA mtl: ofi" in host.check_output("/opt/amazon/openmpi/bin/ompi_info")
+
+
+def test_no_kernel_module_in_container_mode(host):
+    # --skip-kmod: the EFA driver belongs to the host, never to the image.
+    assert not host.file("/usr/src").exists or not host.run("ls -d /usr/src/efa-*").stdout
