@@ -80,3 +80,24 @@ def test_getinfo_error():
     )
     assert fi_info.getinfo_error(AWS_SAMPLE) is None
     assert fi_info.parse_endpoints("fi_getinfo: -61 (No data available)\n") == []
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_real_output_of_the_built_role():
+    """Captured from the efa role's container (libfabric 2.1.0, source method, no EFA)."""
+    versions = fi_info.parse_version((DATA / "fi_info-version-2.1.0.txt").read_text())
+    assert versions["fi_info"] == versions["libfabric"] == "2.1.0"
+    providers = fi_info.parse_provider_list((DATA / "fi_info-l-2.1.0.txt").read_text())
+    assert {"efa", "shm", "sm2", "tcp", "ofi_rxm"} <= set(providers)
+    assert providers["efa"] == "201.0"
+    tcp = fi_info.parse_endpoints((DATA / "fi_info-p-tcp-2.1.0.txt").read_text())
+    assert tcp and all("tcp" in e.providers for e in tcp)
+    assert {e.type for e in tcp} >= {"FI_EP_RDM", "FI_EP_MSG"}
+    assert any(e.provider == "tcp;ofi_rxm" for e in tcp)
+    assert {e.protocol for e in tcp if e.provider == "tcp" and e.type == "FI_EP_RDM"} == {
+        "FI_PROTO_XNET"
+    }
+    no_device = (DATA / "fi_info-p-efa-nodevice-2.1.0.txt").read_text()
+    assert fi_info.getinfo_error(no_device) == (-61, "No data available")
