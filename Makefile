@@ -7,15 +7,17 @@ BIN := $(VENV)/bin
 STAGE := scripts/stage
 # Tools from the virtualenv first; `setup` itself runs with the system python3.
 WITH_VENV := env PATH=$(abspath $(BIN)):$(PATH)
-# Base images that `make image` prepares; the default image builds on them.
-IMAGE_BASES ?= debian12 debian13 debian13-cuda
+# `make image`: the flavour and profile to build, and the base image under it.
+FLAVOR ?= efa
+PROFILE ?= aws
+BASE_IMAGE ?= efa-image/base:debian13
 # Base image of the molecule scenarios (any image with python3 and apt).
 EFA_IMAGE_BASE ?= efa-image/base:debian13
 export EFA_IMAGE_BASE
 # The CI mirror: what the scenarios build from, filled from Debian's source pool
-# and PyPI with the pins of .ci/lock-overlay.yml.
+# and PyPI with the pins of the Debian-sources overlay (the portable profile's).
 MIRROR ?= $(CURDIR)/.cache/ci-mirror
-CI_LOCK_OVERLAY := $(CURDIR)/.ci/lock-overlay.yml
+CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel
 
 .PHONY: setup image test lint unit packer-check ci-mirror molecule docs clean
@@ -24,8 +26,10 @@ setup:
 	@$(STAGE) --reset
 	@$(STAGE) setup env PYTHONPATH=src $(PYTHON) -m efa_image setup
 
+# MIRROR=DIR|URL (or EFA_IMAGE_MIRROR) builds from a mirror only.
 image: setup
-	@$(STAGE) base-images $(BIN)/efa-image base $(IMAGE_BASES)
+	@$(STAGE) image $(WITH_VENV) efa-image build --flavor $(FLAVOR) --profile $(PROFILE) \
+	    --base-image $(BASE_IMAGE) $(if $(filter command line,$(origin MIRROR)),--mirror $(MIRROR))
 	@$(STAGE) --summary
 
 test: setup
@@ -42,7 +46,7 @@ unit:
 	@$(STAGE) --pytest pytest $(BIN)/pytest
 
 packer-check:
-	@$(STAGE) packer scripts/packer-check
+	@$(STAGE) packer $(WITH_VENV) scripts/packer-check
 
 ci-mirror:
 	@$(STAGE) ci-mirror env EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \

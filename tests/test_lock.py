@@ -156,9 +156,23 @@ def test_flavour_selection_follows_the_profile(root):
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
     aws = {a.name for a in catalog.needed(loaded, "efa", "aws")}
     portable = {a.name for a in catalog.needed(loaded, "efa", "portable")}
-    assert "efa_installer" in aws and "libfabric" not in aws
-    assert {"libfabric", "openmpi", "nccl_wheel", "aws_ofi_nccl"} <= portable
-    assert "efa_installer" not in portable and "metis" not in portable
+    assert aws == {"efa_installer"}
+    assert portable == {"libfabric", "openmpi"}
+    assert {"nccl_wheel", "aws_ofi_nccl"} <= {
+        a.name for a in catalog.needed(loaded, "sagemaker", "upstream")
+    }
     assert "metis" in {a.name for a in catalog.needed(loaded, "sagemaker", "portable")}
     with pytest.raises(lock.EfaImageError, match="unknown flavour 'x'"):
         catalog.needed(loaded, "x", "aws")
+
+
+def test_portable_profile_builds_from_debian_sources(root):
+    from efa_image import flavors
+
+    catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
+    overlay = catalog.overlay("portable")
+    assert overlay == root / "playbooks/lock-overlays/debian-sources.yml"
+    assert catalog.overlay("aws") is None and catalog.overlay("upstream") is None
+    loaded = lock.load(root / "playbooks/group_vars/all/versions.yml", [overlay])
+    for artifact in catalog.needed(loaded, "efa", "portable"):
+        assert all(url.startswith("http://deb.debian.org/debian/pool/") for url in artifact.urls)

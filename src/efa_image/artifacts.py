@@ -305,6 +305,6 @@ def preflight_report(checks: list[Check], mirror: str | None, other_profile: str
     if other_profile:
         lines.append(
             f"Or choose the {other_profile} profile (PROFILE={other_profile}), which builds "
-            "from upstream release archives, PyPI and distro packages instead."
+            "from the upstream archives Debian's source pool serves, PyPI and distro packages."
         )
     return "\n".join(lines)

@@ -74,7 +74,12 @@ def cmd_base(args: argparse.Namespace) -> None:
 def _artifact_context(args: argparse.Namespace) -> tuple[Lock, Store, Catalog]:
     from efa_image import artifacts, flavors, lock
 
+    catalog = flavors.load_catalog()
     overlays = [Path(p) for p in args.lock_overlay]
+    profile_overlay = _profile_overlay(args, catalog)
+    if profile_overlay and profile_overlay not in overlays:
+        overlays.insert(0, profile_overlay)
+    args.effective_overlays = overlays
     loaded = lock.load(Path(args.lock) if args.lock else None, overlays)
     store = artifacts.Store(
         cache_dir=Path(args.cache) if args.cache else None,
@@ -82,7 +87,16 @@ def _artifact_context(args: argparse.Namespace) -> tuple[Lock, Store, Catalog]:
         allow_unpinned=getattr(args, "allow_unpinned", False),
         timeout=args.timeout,
     )
-    return loaded, store, flavors.load_catalog()
+    return loaded, store, catalog
+
+
+def _profile_overlay(args: argparse.Namespace, catalog: Catalog) -> Path | None:
+    """A profile may build from a lock overlay (portable: Debian's source pool)."""
+    if getattr(args, "name", None) and not getattr(args, "profile", None):
+        return None
+    if not hasattr(args, "profile"):
+        return None
+    return catalog.overlay(args.profile or catalog.default_profile)
 
 
 def _selected(
@@ -179,6 +193,23 @@ def cmd_lock_update(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_build(args: argparse.Namespace) -> None:
+    from efa_image import build
+
+    loaded, store, catalog = _artifact_context(args)
+    ensure_docker()
+    request = build.BuildRequest(
+        flavor=args.flavor or catalog.default_flavor,
+        profile=args.profile or catalog.default_profile,
+        base_image=args.base_image,
+        repository=args.repository,
+        mirror=args.mirror or None,
+        overlays=tuple(str(p.resolve()) for p in args.effective_overlays),
+        extra_vars=tuple(args.extra_var or ()),
+    )
+    build.build(request, loaded, catalog, store)
+
+
 def cmd_verify(args: argparse.Namespace) -> None:
     from efa_image import containers, verify
 
@@ -267,6 +298,29 @@ def build_parser() -> argparse.ArgumentParser:
     base_cmd.add_argument("--list", action="store_true", help="show recipes and their state")
     base_cmd.add_argument("--clean", action="store_true", help="remove every base image of ours")
     base_cmd.set_defaults(func=cmd_base)
+
+    build_cmd = sub.add_parser(
+        "build",
+        help="build an image: base, pre-flight, packer build, verify, tag",
+        description="Make sure the base image exists, pre-flight and fetch every artifact "
+        "of the flavour and profile, run `packer build` on packer/ (docker source), verify "
+        "the result and only then tag it with the flavour, profile and component versions.",
+    )
+    _artifact_options(build_cmd)
+    build_cmd.add_argument(
+        "--base-image",
+        default="efa-image/base:debian13",
+        metavar="REF",
+        help="base image (a local recipe, a local image or a pullable one)",
+    )
+    build_cmd.add_argument("--repository", default="efa-image", help="repository to tag into")
+    build_cmd.add_argument(
+        "--extra-var",
+        action="append",
+        metavar="KEY=VALUE",
+        help="extra playbook variable, e.g. efa_method=source",
+    )
+    build_cmd.set_defaults(func=cmd_build)
 
     verify_cmd = sub.add_parser(
         "verify",

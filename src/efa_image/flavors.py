@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ class Catalog:
     profiles: dict[str, dict[str, str]]
     default_flavor: str
     default_profile: str
+    overlays: dict[str, Path] = field(default_factory=dict)
 
     def roles(self, flavor: str) -> list[str]:
         if flavor not in self.flavors:
@@ -29,6 +30,11 @@ class Catalog:
         if profile not in self.profiles:
             raise EfaImageError(f"unknown profile {profile!r}; known: {', '.join(self.profiles)}")
         return self.profiles[profile]
+
+    def overlay(self, profile: str) -> Path | None:
+        """The lock overlay the profile builds with, if any."""
+        self.methods(profile)
+        return self.overlays.get(profile)
 
     def needed(self, lock: Lock, flavor: str, profile: str) -> list[Artifact]:
         """The artifacts a build of flavour with profile downloads."""
@@ -42,10 +48,17 @@ class Catalog:
 
 def load_catalog(path: Path | None = None) -> Catalog:
     path = path or project_root() / "playbooks" / "group_vars" / "all" / "flavors.yml"
+    playbooks = path.parents[2]
     data: dict[str, Any] = yaml.safe_load(path.read_text())
+    profiles = data["efa_image_profiles"]
     return Catalog(
         flavors={name: list(spec["roles"]) for name, spec in data["efa_image_flavors"].items()},
-        profiles={name: dict(spec) for name, spec in data["efa_image_profiles"].items()},
+        profiles={name: dict(spec["methods"]) for name, spec in profiles.items()},
         default_flavor=data["efa_image_default_flavor"],
         default_profile=data["efa_image_default_profile"],
+        overlays={
+            name: playbooks / spec["lock_overlay"]
+            for name, spec in profiles.items()
+            if spec.get("lock_overlay")
+        },
     )

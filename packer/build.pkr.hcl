@@ -1,0 +1,42 @@
+build {
+  description = "One playbook per flavour, for Docker images (container mode) and AMIs (host mode)."
+  sources     = ["source.docker.image", "source.amazon-ebs.ami"]
+
+  provisioner "ansible" {
+    playbook_file = "${path.root}/../playbooks/${var.flavor}.yml"
+    ansible_env_vars = [
+      "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
+      "ANSIBLE_ROLES_PATH=${path.root}/../roles",
+      "EFA_IMAGE_MIRROR=${var.mirror}",
+      "EFA_IMAGE_LOCK_OVERLAY=${var.lock_overlay}",
+    ]
+    # Extra variables outrank the inventory Packer writes for its SSH proxy:
+    # Ansible talks to the named build container directly.
+    extra_arguments = concat(
+      ["--extra-vars", "ansible_host=${local.container} ansible_connection=community.docker.docker"],
+      ["--extra-vars", "efa_image_profile=${var.profile} efa_image_base_image=${var.base_image}"],
+      [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
+    )
+    only = ["docker.image"]
+  }
+
+  provisioner "ansible" {
+    playbook_file = "${path.root}/../playbooks/${var.flavor}.yml"
+    ansible_env_vars = [
+      "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
+      "ANSIBLE_ROLES_PATH=${path.root}/../roles",
+      "EFA_IMAGE_MIRROR=${var.mirror}",
+      "EFA_IMAGE_LOCK_OVERLAY=${var.lock_overlay}",
+    ]
+    extra_arguments = concat(
+      ["--become", "--extra-vars", "efa_image_profile=${var.profile} efa_mode=host efa_image_base_image=${var.aws_source_ami_name}"],
+      [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
+    )
+    only = ["amazon-ebs.ami"]
+  }
+
+  post-processor "manifest" {
+    output     = "${path.root}/../build/packer-manifest.json"
+    strip_path = true
+  }
+}

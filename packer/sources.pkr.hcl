@@ -1,0 +1,61 @@
+locals {
+  # The build container gets a name so that Ansible reaches it through the
+  # community.docker connection (Packer's SSH proxy offers only ssh-rsa).
+  container = "efa-image-build-${uuidv4()}"
+
+  # What the roles describe in /opt/efa-image/env.d/ (docker run reads no
+  # profile scripts); `efa-image verify --image` checks that the two agree.
+  image_env = {
+    PATH                           = "/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:$PATH"
+    RDMAV_FORK_SAFE                = "1"
+    FI_EFA_FORK_SAFE               = "1"
+    OMPI_ALLOW_RUN_AS_ROOT         = "1"
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
+  }
+  image_labels = merge(var.labels, {
+    "org.efa-image.flavor"     = var.flavor
+    "org.efa-image.profile"    = var.profile
+    "org.efa-image.base-image" = var.base_image
+  })
+}
+
+source "docker" "image" {
+  image       = var.base_image
+  pull        = var.pull_base_image
+  commit      = true
+  run_command = ["-d", "-i", "-t", "--name", local.container, "{{.Image}}", "/bin/bash"]
+  changes = concat(
+    [for name, value in local.image_env : "ENV ${name}=${value}"],
+    [for name, value in local.image_labels : "LABEL ${name}=\"${value}\""],
+    ["CMD [\"/bin/bash\"]"],
+  )
+}
+
+# HARDWARE: only an AWS account can run this source; tests validate it and
+# exercise the playbook's host mode (efa_mode=host) paths in containers only.
+source "amazon-ebs" "ami" {
+  region        = var.aws_region
+  instance_type = var.aws_instance_type
+  ssh_username  = var.aws_ssh_username
+  ami_name      = "efa-image-${var.flavor}-${var.profile}-{{timestamp}}"
+  tags          = local.image_labels
+
+  source_ami_filter {
+    filters = {
+      name                = var.aws_source_ami_name
+      virtualization-type = "hvm"
+      root-device-type    = "ebs"
+    }
+    owners      = var.aws_source_ami_owners
+    most_recent = true
+  }
+
+  launch_block_device_mappings {
+    device_name           = "/dev/sda1"
+    volume_size           = var.aws_volume_size
+    volume_type           = "gp3"
+    iops                  = 3000
+    throughput            = 250
+    delete_on_termination = true
+  }
+}

@@ -1,0 +1,111 @@
+# Every input of the image builds, in one place. Runs on Debian's Packer 1.6.6
+# (docker and amazon builders and the ansible provisioner built in) and on
+# current Packer with those plugins installed.
+
+variable "flavor" {
+  type        = string
+  default     = "efa"
+  description = "Image flavour: which roles the image holds (playbooks/<flavor>.yml)."
+  validation {
+    condition     = contains(["efa"], var.flavor)
+    error_message = "The flavor must be one of: efa."
+  }
+}
+
+variable "profile" {
+  type        = string
+  default     = "aws"
+  description = "Method profile: aws (EFA installer) or portable (upstream archives and distro packages)."
+  validation {
+    condition     = contains(["aws", "portable"], var.profile)
+    error_message = "The profile must be aws or portable."
+  }
+}
+
+variable "base_image" {
+  type        = string
+  default     = "efa-image/base:debian13"
+  description = "Docker base image. Production: nvidia/cuda:<ver>-devel-ubuntu22.04 (or -ubuntu24.04), or a Deep Learning Container."
+}
+
+variable "pull_base_image" {
+  type        = bool
+  default     = false
+  description = "Pull the base image before building (false for locally bootstrapped bases)."
+}
+
+variable "image_repository" {
+  type        = string
+  default     = "efa-image"
+  description = "Repository of the built Docker image; tags carry flavour, profile and component versions."
+}
+
+variable "image_tags" {
+  type        = list(string)
+  default     = ["latest"]
+  description = "Tags for the Docker image (efa-image build adds ones naming the component versions)."
+}
+
+variable "labels" {
+  type        = map(string)
+  default     = {}
+  description = "Extra labels for the Docker image (efa-image build adds component versions)."
+}
+
+variable "mirror" {
+  type        = string
+  default     = ""
+  description = "Artifact mirror directory or URL on the controller; when set, the only source."
+}
+
+variable "lock_overlay" {
+  type        = string
+  default     = ""
+  description = "Colon-separated lock overlay files (EFA_IMAGE_LOCK_OVERLAY)."
+}
+
+variable "ansible_extra_vars" {
+  type        = list(string)
+  default     = []
+  description = "Extra `key=value` variables for the playbook, e.g. efa_method=source."
+}
+
+variable "aws_region" {
+  type        = string
+  default     = "us-west-2"
+  description = "AMI builds: region."
+}
+
+variable "aws_instance_type" {
+  type        = string
+  default     = "c5n.18xlarge"
+  description = "AMI builds: build instance type (an EFA-capable one lets the installer verify the device)."
+}
+
+variable "aws_source_ami_name" {
+  type        = string
+  default     = "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-*"
+  description = "AMI builds: name filter of the source AMI."
+}
+
+variable "aws_source_ami_owners" {
+  type        = list(string)
+  default     = ["099720109477"]
+  description = "AMI builds: owners of the source AMI (Canonical by default)."
+}
+
+variable "aws_ssh_username" {
+  type        = string
+  default     = "ubuntu"
+  description = "AMI builds: SSH user of the source AMI."
+}
+
+variable "aws_volume_size" {
+  type        = number
+  default     = 100
+  description = "AMI builds: root volume size in GiB."
+  validation {
+    condition     = var.aws_volume_size >= 30
+    error_message = "The root volume needs at least 30 GiB for CUDA, NCCL and the build trees."
+  }
+}

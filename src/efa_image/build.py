@@ -1,0 +1,135 @@
+"""`efa-image build`: base image, pre-flight, packer build, verify, then tag.
+
+Packer commits the image only when every provisioner succeeded; this module
+tags it only after verification passed, so no failed or unverified build is
+ever tagged as good.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from efa_image import base, verify
+from efa_image.artifacts import Store, preflight_report
+from efa_image.containers import target
+from efa_image.errors import EfaImageError
+from efa_image.flavors import Catalog
+from efa_image.lock import Artifact, Lock
+from efa_image.paths import project_root
+from efa_image.runner import run_command
+from efa_image.timing import StepTimer
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    flavor: str
+    profile: str
+    base_image: str
+    repository: str
+    mirror: str | None
+    overlays: tuple[str, ...]
+    extra_vars: tuple[str, ...] = ()
+
+
+def component_versions(artifacts: list[Artifact]) -> dict[str, str]:
+    return {artifact.name: artifact.version for artifact in artifacts}
+
+
+def tags_for(request: BuildRequest, versions: dict[str, str]) -> list[str]:
+    """`efa-portable` and one naming every component version, docker-tag safe."""
+    parts = [f"{name.replace('_', '')}{version}" for name, version in sorted(versions.items())]
+    detailed = re.sub(r"[^A-Za-z0-9_.-]", "-", "-".join([request.flavor, request.profile, *parts]))
+    return [f"{request.flavor}-{request.profile}", detailed[:128]]
+
+
+def packer_vars(request: BuildRequest, versions: dict[str, str]) -> dict[str, object]:
+    labels = {f"org.efa-image.component.{name}": v for name, v in versions.items()}
+    return {
+        "flavor": request.flavor,
+        "profile": request.profile,
+        "base_image": request.base_image,
+        "image_repository": request.repository,
+        "labels": labels,
+        "mirror": request.mirror or "",
+        "lock_overlay": ":".join(request.overlays),
+        "ansible_extra_vars": list(request.extra_vars),
+    }
+
+
+def built_image_id(manifest: Path) -> str:
+    """The docker image of Packer's last run, from its manifest post-processor."""
+    try:
+        data = json.loads(manifest.read_text())
+    except FileNotFoundError as exc:
+        raise EfaImageError(f"packer wrote no manifest ({manifest})") from exc
+    run_uuid = data.get("last_run_uuid")
+    for build in data.get("builds", []):
+        if build.get("packer_run_uuid") == run_uuid and build.get("builder_type") == "docker":
+            return str(build["artifact_id"])
+    raise EfaImageError(f"{manifest} names no docker image of the last run ({run_uuid})")
+
+
+def image_size(ref: str) -> int:
+    result = run_command(["docker", "image", "inspect", "--format", "{{.Size}}", ref])
+    return int(result.output.strip())
+
+
+def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> str:
+    root = project_root()
+    out = root / "build"
+    out.mkdir(exist_ok=True)
+    timer = StepTimer("image")
+    # First, before any slow step: every missing artifact is named within seconds.
+    with timer.step("pre-flight"):
+        needed = catalog.needed(lock, request.flavor, request.profile)
+        checks = store.preflight(needed)
+        for check in checks:
+            print(f"  {'ok ' if check.ok else 'BAD'} {check.artifact.name}: {check.detail}")
+        if any(not check.ok for check in checks):
+            other = "portable" if request.profile != "portable" else None
+            raise EfaImageError(preflight_report(checks, store.mirror, other))
+    with timer.step("fetch"):
+        for artifact in needed:
+            store.get(artifact)
+        print(f"{len(needed)} artifacts verified in the cache", flush=True)
+    with timer.step("base image"):
+        print(base.ensure_ref(request.base_image), flush=True)
+    versions = component_versions(needed)
+    var_file = out / f"{request.flavor}-{request.profile}.pkrvars.json"
+    var_file.write_text(json.dumps(packer_vars(request, versions), indent=2) + "\n")
+    manifest = out / "packer-manifest.json"
+    # An earlier run's manifest must never be mistaken for this run's result.
+    manifest.unlink(missing_ok=True)
+    with timer.step("packer build"):
+        run_command(
+            [
+                "packer",
+                "build",
+                "-only=docker.image",
+                f"-var-file={var_file}",
+                str(root / "packer"),
+            ],
+            stream=True,
+            cwd=root,
+        )
+        image = built_image_id(manifest)
+    with timer.step("verify"), target(None, image) as run:
+        report = verify.verify_efa(run, version=None)
+        print(report.render(), flush=True)
+        if not report.ok:
+            raise EfaImageError(f"image {image} failed verification; it was not tagged")
+    tags = tags_for(request, versions)
+    for tag in tags:
+        run_command(["docker", "tag", image, f"{request.repository}:{tag}"])
+    size = image_size(image)
+    print(timer.summary())
+    print(
+        f"image {image}: {size / 1e6:.0f} MB, tagged "
+        + ", ".join(f"{request.repository}:{tag}" for tag in tags)
+    )
+    return image
