@@ -116,6 +116,8 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
             ],
             stream=True,
             cwd=root,
+            # Packer's ansible provisioner runs the ansible-playbook of this environment.
+            env={"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
         )
         image = built_image_id(manifest)
     with timer.step("verify"), target(None, image) as run:
