@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAGE := scripts/stage
+# One stage log per top-level make goal, so `make image` and `make test` can run side by side.
+export EFA_IMAGE_STAGE_LOG ?= $(CURDIR)/.cache/stages-$(or $(firstword $(MAKECMDGOALS)),default).tsv
 # Tools from the virtualenv first; `setup` itself runs with the system python3.
 WITH_VENV := env PATH=$(abspath $(BIN)):$(PATH)
 # `make image`: the flavour and profile to build, and the base image under it.

@@ -10,7 +10,8 @@ from efa_image import lock
 
 ROOT = Path(__file__).resolve().parents[3]
 OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
-OPENMPI = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("openmpi")
+LOCK = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS)
+OPENMPI = LOCK.get("openmpi")
 PREFIX = "/opt/amazon/openmpi"
 PROGRAM = (Path(__file__).parent / "allreduce.c").read_text()
 # Open MPI's OFI MTL excludes tcp by default; without EFA, this selects it.
@@ -80,3 +81,17 @@ def test_record_and_no_build_tree(host):
     assert record["version"] == OPENMPI.version and record["sha256"] == OPENMPI.sha256
     assert "--with-ofi=/opt/amazon/efa" in record["configure"]
     assert not host.file("/var/tmp/efa-image-build/openmpi").exists
+
+
+def test_manifest_names_every_component_with_its_source(host):
+    manifest = json.loads(host.file("/opt/efa-image/manifest.json").content_string)
+    assert manifest["flavor"] == "efa" and manifest["profile"] == "portable"
+    assert manifest["base_image"] == "efa-image/base:debian13"
+    assert manifest["built"].endswith("Z")
+    components = {c["name"]: c for c in manifest["components"]}
+    assert set(components) == {"efa", "openmpi"}
+    for name, artifact in (("efa", LOCK.get("libfabric")), ("openmpi", OPENMPI)):
+        assert components[name]["method"] == "source"
+        assert components[name]["version"] == artifact.version
+        assert components[name]["sha256"] == artifact.sha256
+        assert components[name]["source"] == artifact.urls[0]
