@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,13 @@ def test_built_image_comes_from_the_last_run_only(tmp_path):
         build.built_image_id(manifest)
     with pytest.raises(EfaImageError, match="packer wrote no manifest"):
         build.built_image_id(tmp_path / "missing.json")
+
+
+def test_ansible_failure_is_found_in_packer_output():
+    """Output captured from a failed `packer build` (a role task failing)."""
+    output = (Path(__file__).parent / "data/packer-ansible-failure.txt").read_text()
+    failure = build.ansible_failure(output)
+    assert failure.splitlines()[0].startswith("TASK [openmpi : Assert the OFI MTL")
+    assert failure.splitlines()[-1].startswith("fatal: [default]: FAILED!")
+    assert "\x1b[" not in failure and "docker.image:" not in failure
+    assert build.ansible_failure("==> docker.image: Killing the container\n") is None

@@ -21,7 +21,7 @@ from efa_image.errors import EfaImageError
 from efa_image.flavors import Catalog
 from efa_image.lock import Artifact, Lock
 from efa_image.paths import project_root
-from efa_image.runner import run_command
+from efa_image.runner import CommandError, run_command
 from efa_image.timing import StepTimer
 
 
@@ -74,6 +74,21 @@ def built_image_id(manifest: Path) -> str:
     raise EfaImageError(f"{manifest} names no docker image of the last run ({run_uuid})")
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PACKER_PREFIX = re.compile(r"^\s*(?:==> )?docker\.image:\s?")
+
+
+def ansible_failure(output: str, limit: int = 40) -> str | None:
+    """The failed task as Ansible reported it inside Packer's output, if any."""
+    lines = [PACKER_PREFIX.sub("", ANSI.sub("", line)) for line in output.splitlines()]
+    failed = [i for i, line in enumerate(lines) if "fatal: [" in line or "failed: [" in line]
+    if not failed:
+        return None
+    start = max((i for i in range(failed[-1]) if lines[i].startswith("TASK [")), default=0)
+    block = [line for line in lines[start : failed[-1] + 1] if line.strip()]
+    return "\n".join(block[-limit:])
+
+
 def image_size(ref: str) -> int:
     result = run_command(["docker", "image", "inspect", "--format", "{{.Size}}", ref])
     return int(result.output.strip())
@@ -106,19 +121,26 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
     # An earlier run's manifest must never be mistaken for this run's result.
     manifest.unlink(missing_ok=True)
     with timer.step("packer build"):
-        run_command(
-            [
-                "packer",
-                "build",
-                "-only=docker.image",
-                f"-var-file={var_file}",
-                str(root / "packer"),
-            ],
-            stream=True,
-            cwd=root,
-            # Packer's ansible provisioner runs the ansible-playbook of this environment.
-            env={"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
-        )
+        try:
+            run_command(
+                [
+                    "packer",
+                    "build",
+                    "-only=docker.image",
+                    f"-var-file={var_file}",
+                    str(root / "packer"),
+                ],
+                stream=True,
+                cwd=root,
+                # Packer's ansible provisioner runs the ansible-playbook of this environment.
+                env={"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+            )
+        except CommandError as exc:
+            failure = ansible_failure(exc.output)
+            raise EfaImageError(
+                "packer build failed; no image was committed or tagged"
+                + (f". Ansible reported:\n{failure}" if failure else f": {exc}")
+            ) from exc
         image = built_image_id(manifest)
     with timer.step("verify"), target(None, image) as run:
         report = verify.verify_efa(run, version=None)

@@ -30,10 +30,13 @@ class Result:
 class CommandError(EfaImageError):
     """A command exited non-zero; the message carries its tail and exit code."""
 
-    def __init__(self, argv: Sequence[str], returncode: int, tail: Sequence[str]) -> None:
+    def __init__(
+        self, argv: Sequence[str], returncode: int, tail: Sequence[str], output: str = ""
+    ) -> None:
         self.argv = list(argv)
         self.returncode = returncode
         self.tail = list(tail)
+        self.output = output
         shown = "\n".join(f"    {line}" for line in self.tail)
         message = f"`{shlex.join(self.argv)}` exited with {returncode}"
         if shown:
@@ -97,5 +100,5 @@ def run_command(
         proc.wait()
         raise
     if check and proc.returncode != 0:
-        raise CommandError(argv, proc.returncode, tail)
+        raise CommandError(argv, proc.returncode, tail, "\n".join(lines))
     return Result(proc.returncode, "\n".join(lines))
