@@ -28,6 +28,12 @@ variable "base_image" {
   description = "Docker base image. Production: nvidia/cuda:<ver>-devel-ubuntu22.04 (or -ubuntu24.04), or a Deep Learning Container."
 }
 
+variable "base_path" {
+  type        = string
+  default     = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+  description = "PATH of the base image (efa-image build reads it): docker commit cannot expand $PATH, so the image's PATH is written out in full."
+}
+
 variable "pull_base_image" {
   type        = bool
   default     = false

@@ -61,3 +61,22 @@ def test_ansible_failure_is_found_in_packer_output():
     assert failure.splitlines()[-1].startswith("fatal: [default]: FAILED!")
     assert "\x1b[" not in failure and "docker.image:" not in failure
     assert build.ansible_failure("==> docker.image: Killing the container\n") is None
+
+
+def test_image_env_must_match_what_the_roles_describe():
+    described = [
+        {"path": ["/opt/amazon/efa/bin"], "env": {"RDMAV_FORK_SAFE": "1"}},
+        {"path": ["/opt/amazon/openmpi/bin"], "env": {}},
+    ]
+    good = ["PATH=/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:/usr/bin", "RDMAV_FORK_SAFE=1"]
+    assert build.env_mismatches(good, described) == []
+    bad = ["PATH=/opt/amazon/efa/bin:$PATH"]
+    assert set(build.env_mismatches(bad, described)) == {
+        "RDMAV_FORK_SAFE=(unset), the roles set 1",
+        "PATH lacks /opt/amazon/openmpi/bin",
+    }
+
+
+def test_concatenated_json_files_split():
+    assert build.split_json('{"a": 1}\n{"b": [2]}\n') == ['{"a": 1}', '{"b": [2]}']
+    assert build.split_json("") == []

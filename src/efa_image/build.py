@@ -47,12 +47,24 @@ def tags_for(request: BuildRequest, versions: dict[str, str]) -> list[str]:
     return [f"{request.flavor}-{request.profile}", detailed[:128]]
 
 
-def packer_vars(request: BuildRequest, versions: dict[str, str]) -> dict[str, object]:
+def base_path(image: str) -> str:
+    """The PATH the base image sets (nvidia/cuda adds /usr/local/cuda/bin, for one)."""
+    result = run_command(["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image])
+    for item in json.loads(result.output or "null") or []:
+        if item.startswith("PATH="):
+            return item[len("PATH=") :]
+    return DEFAULT_PATH
+
+
+def packer_vars(
+    request: BuildRequest, versions: dict[str, str], path: str = ""
+) -> dict[str, object]:
     labels = {f"org.efa-image.component.{name}": v for name, v in versions.items()}
     return {
         "flavor": request.flavor,
         "profile": request.profile,
         "base_image": request.base_image,
+        "base_path": path or DEFAULT_PATH,
         "image_repository": request.repository,
         "labels": labels,
         "mirror": request.mirror or "",
@@ -74,6 +86,7 @@ def built_image_id(manifest: Path) -> str:
     raise EfaImageError(f"{manifest} names no docker image of the last run ({run_uuid})")
 
 
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PACKER_PREFIX = re.compile(r"^\s*(?:==> )?docker\.image:\s?")
 
@@ -87,6 +100,40 @@ def ansible_failure(output: str, limit: int = 40) -> str | None:
     start = max((i for i in range(failed[-1]) if lines[i].startswith("TASK [")), default=0)
     block = [line for line in lines[start : failed[-1] + 1] if line.strip()]
     return "\n".join(block[-limit:])
+
+
+def env_mismatches(image_env: list[str], described: list[dict[str, object]]) -> list[str]:
+    """Where the image's ENV differs from what the roles wrote to /opt/efa-image/env.d/."""
+    env = dict(item.split("=", 1) for item in image_env)
+    path = env.get("PATH", "").split(":")
+    problems = []
+    for record in described:
+        for directory in record.get("path", []):  # type: ignore[union-attr]
+            if directory not in path:
+                problems.append(f"PATH lacks {directory}")
+        for name, value in dict(record.get("env", {})).items():  # type: ignore[call-overload]
+            if env.get(name) != value:
+                problems.append(f"{name}={env.get(name, '(unset)')}, the roles set {value}")
+    return problems
+
+
+def check_image_env(image: str, run: verify.Run) -> list[str]:
+    listing = run("cat /opt/efa-image/env.d/*.json")
+    described = [json.loads(chunk) for chunk in split_json(listing.stdout)]
+    result = run_command(["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image])
+    return env_mismatches(json.loads(result.output) or [], described)
+
+
+def split_json(text: str) -> list[str]:
+    """Concatenated JSON objects (cat of several files) into one string each."""
+    decoder, chunks, index = json.JSONDecoder(), [], 0
+    while index < len(text.rstrip()):
+        while text[index].isspace():
+            index += 1
+        _, end = decoder.raw_decode(text, index)
+        chunks.append(text[index:end])
+        index = end
+    return chunks
 
 
 def image_size(ref: str) -> int:
@@ -116,7 +163,8 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
         print(base.ensure_ref(request.base_image), flush=True)
     versions = component_versions(needed)
     var_file = out / f"{request.flavor}-{request.profile}.pkrvars.json"
-    var_file.write_text(json.dumps(packer_vars(request, versions), indent=2) + "\n")
+    variables = packer_vars(request, versions, base_path(request.base_image))
+    var_file.write_text(json.dumps(variables, indent=2) + "\n")
     manifest = out / "packer-manifest.json"
     # An earlier run's manifest must never be mistaken for this run's result.
     manifest.unlink(missing_ok=True)
@@ -143,7 +191,9 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
             ) from exc
         image = built_image_id(manifest)
     with timer.step("verify"), target(None, image) as run:
-        report = verify.verify_efa(run, version=None)
+        report = verify.verify_efa(run, version=versions.get("libfabric"))
+        mismatches = check_image_env(image, run)
+        report.add("image ENV", not mismatches, "; ".join(mismatches) or "matches env.d")
         print(report.render(), flush=True)
         if not report.ok:
             raise EfaImageError(f"image {image} failed verification; it was not tagged")
