@@ -1,15 +1,20 @@
+locals {
+  # The project's Ansible settings, and where the controller takes artifacts from.
+  ansible_env_vars = [
+    "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
+    "ANSIBLE_ROLES_PATH=${path.root}/../roles",
+    "EFA_IMAGE_MIRROR=${var.mirror}",
+    "EFA_IMAGE_LOCK_OVERLAY=${var.lock_overlay}",
+  ]
+}
+
 build {
   description = "One playbook per flavour, for Docker images (container mode) and AMIs (host mode)."
   sources     = ["source.docker.image", "source.amazon-ebs.ami"]
 
   provisioner "ansible" {
-    playbook_file = "${path.root}/../playbooks/${var.flavor}.yml"
-    ansible_env_vars = [
-      "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
-      "ANSIBLE_ROLES_PATH=${path.root}/../roles",
-      "EFA_IMAGE_MIRROR=${var.mirror}",
-      "EFA_IMAGE_LOCK_OVERLAY=${var.lock_overlay}",
-    ]
+    playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
+    ansible_env_vars = local.ansible_env_vars
     # Extra variables outrank the inventory Packer writes for its SSH proxy:
     # Ansible talks to the named build container directly.
     extra_arguments = concat(
@@ -21,13 +26,8 @@ build {
   }
 
   provisioner "ansible" {
-    playbook_file = "${path.root}/../playbooks/${var.flavor}.yml"
-    ansible_env_vars = [
-      "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
-      "ANSIBLE_ROLES_PATH=${path.root}/../roles",
-      "EFA_IMAGE_MIRROR=${var.mirror}",
-      "EFA_IMAGE_LOCK_OVERLAY=${var.lock_overlay}",
-    ]
+    playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
+    ansible_env_vars = local.ansible_env_vars
     extra_arguments = concat(
       ["--become", "--extra-vars", "efa_image_profile=${var.profile} efa_mode=host efa_image_base_image=${var.aws_source_ami_name}"],
       [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
