@@ -3,9 +3,11 @@
     query('efa_image_artifact', 'libfabric', lock=efa_image_artifacts,
           overlays=[...], mirror='', cache='', allow_unpinned=false)
 
-returns, per name, {name, version, filename, sha256, kind, path} where path is
-the verified file in the controller's cache. It uses the same code as
-`efa-image fetch` (the efa_image package in Ansible's Python environment).
+returns, per name, {name, version, filename, sha256, kind, urls, sources, path}:
+urls are the lock's (upstream) URLs, sources where this build takes the file from
+(the mirror, when one is set), path the verified file in the controller's cache.
+It uses the same code as `efa-image fetch` (the efa_image package in Ansible's
+Python environment).
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ class LookupModule(LookupBase):
                     "filename": artifact.filename,
                     "sha256": artifact.sha256,
                     "kind": artifact.kind,
-                    "urls": list(store.sources(artifact)),
+                    "urls": list(artifact.urls),
+                    "sources": store.sources(artifact),
                 }
                 if self.get_option("fetch"):
                     path = store.get(artifact)
