@@ -22,7 +22,7 @@ MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel
 
-.PHONY: setup image test lint unit packer-check ci-mirror molecule docs clean
+.PHONY: setup image bench test lint unit packer-check ci-mirror molecule image-tests docs clean
 
 setup:
 	@$(STAGE) --reset
@@ -34,8 +34,15 @@ image: setup
 	    --base-image $(BASE_IMAGE) $(if $(filter command line,$(origin MIRROR)),--mirror $(MIRROR))
 	@$(STAGE) --summary
 
+# Cold build and unchanged rebuild of FLAVOR with one JSON report in build/bench/
+# (not part of `make test`): what later work compares against.
+bench: setup
+	@$(STAGE) bench $(WITH_VENV) scripts/bench $(FLAVOR) $(PROFILE) $(BASE_IMAGE) \
+	    $(if $(filter command line,$(origin MIRROR)),--mirror $(MIRROR))
+	@$(STAGE) --summary
+
 test: setup
-	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror molecule
+	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror molecule image-tests
 	@$(STAGE) --summary
 
 lint:
@@ -58,6 +65,17 @@ molecule:
 	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
 	@$(WITH_VENV) EFA_IMAGE_MIRROR=$(MIRROR) EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
 	    scripts/molecule-all
+
+# Real `efa-image build` runs from the CI mirror (tests/image): a failing role, a
+# build killed mid-compile and its rebuild, the image's contents and an MPI job
+# across two containers of it.
+CI_FLAVOR := efa
+CI_PROFILE := portable
+image-tests:
+	@$(STAGE) image-base $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
+	@$(STAGE) --pytest image-tests env EFA_IMAGE_IMAGE_TESTS=1 EFA_IMAGE_MIRROR=$(MIRROR) \
+	    EFA_IMAGE_TEST_FLAVOR=$(CI_FLAVOR) EFA_IMAGE_TEST_PROFILE=$(CI_PROFILE) \
+	    $(WITH_VENV) pytest -v tests/image
 
 # Regenerates the variable tables in roles/*/README.md from meta/argument_specs.yml.
 docs:

@@ -6,7 +6,7 @@ locals {
   # What the roles describe in /opt/efa-image/env.d/ (docker run reads no
   # profile scripts); `efa-image verify --image` checks that the two agree.
   image_env = {
-    PATH                           = "/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:${var.base_path}"
+    PATH                           = "/opt/efa-image/bin:/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:${var.base_path}"
     RDMAV_FORK_SAFE                = "1"
     FI_EFA_FORK_SAFE               = "1"
     OMPI_ALLOW_RUN_AS_ROOT         = "1"
@@ -20,10 +20,15 @@ locals {
 }
 
 source "docker" "image" {
-  image       = var.base_image
-  pull        = var.pull_base_image
-  commit      = true
-  run_command = ["-d", "-i", "-t", "--name", local.container, "{{.Image}}", "/bin/bash"]
+  image  = var.base_image
+  pull   = var.pull_base_image
+  commit = true
+  # The owner label lets the next build remove a container an interrupted one left.
+  run_command = [
+    "-d", "-i", "-t", "--name", local.container,
+    "--label", "org.efa-image.build-owner=${var.build_owner}",
+    "{{.Image}}", "/bin/bash",
+  ]
   changes = concat(
     [for name, value in local.image_env : "ENV ${name}=${value}"],
     [for name, value in local.image_labels : "LABEL ${name}=\"${value}\""],

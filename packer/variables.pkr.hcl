@@ -15,10 +15,10 @@ variable "flavor" {
 variable "profile" {
   type        = string
   default     = "aws"
-  description = "Method profile: aws (EFA installer) or portable (upstream archives and distro packages)."
+  description = "Method profile: aws (EFA installer), upstream (source builds of the newest releases) or portable (upstream archives from Debian's source pool)."
   validation {
-    condition     = contains(["aws", "portable"], var.profile)
-    error_message = "The profile must be aws or portable."
+    condition     = contains(["aws", "upstream", "portable"], var.profile)
+    error_message = "The profile must be aws, upstream or portable."
   }
 }
 
@@ -32,6 +32,12 @@ variable "base_path" {
   type        = string
   default     = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
   description = "PATH of the base image (efa-image build reads it): docker commit cannot expand $PATH, so the image's PATH is written out in full."
+}
+
+variable "build_owner" {
+  type        = string
+  default     = "manual"
+  description = "Labels the build container (efa-image build passes its process id, and removes containers of builds that no longer run)."
 }
 
 variable "pull_base_image" {

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from efa_image import base, verify
+from efa_image import base, multihost, verify
 from efa_image.artifacts import Store, preflight_report
 from efa_image.containers import target
 from efa_image.errors import EfaImageError
@@ -34,6 +36,26 @@ class BuildRequest:
     mirror: str | None
     overlays: tuple[str, ...]
     extra_vars: tuple[str, ...] = ()
+
+
+@dataclass
+class BuildResult:
+    """What `efa-image build --report` writes and `make bench` compares."""
+
+    flavor: str
+    profile: str
+    base_image: str
+    components: dict[str, str]
+    image: str = ""
+    tags: list[str] = field(default_factory=list)
+    image_bytes: int = 0
+    cleanup: dict[str, object] = field(default_factory=dict)
+    stages: dict[str, float] = field(default_factory=dict)
+    roles: dict[str, float] = field(default_factory=dict)
+    started: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
 
 
 def component_versions(artifacts: list[Artifact]) -> dict[str, str]:
@@ -57,7 +79,7 @@ def base_path(image: str) -> str:
 
 
 def packer_vars(
-    request: BuildRequest, versions: dict[str, str], path: str = ""
+    request: BuildRequest, versions: dict[str, str], path: str = "", owner: str = "manual"
 ) -> dict[str, object]:
     labels = {f"org.efa-image.component.{name}": v for name, v in versions.items()}
     return {
@@ -70,6 +92,7 @@ def packer_vars(
         "mirror": request.mirror or "",
         "lock_overlay": ":".join(request.overlays),
         "ansible_extra_vars": list(request.extra_vars),
+        "build_owner": owner,
     }
 
 
@@ -84,6 +107,53 @@ def built_image_id(manifest: Path) -> str:
         if build.get("packer_run_uuid") == run_uuid and build.get("builder_type") == "docker":
             return str(build["artifact_id"])
     raise EfaImageError(f"{manifest} names no docker image of the last run ({run_uuid})")
+
+
+OWNER_LABEL = "org.efa-image.build-owner"
+ROLE_TIME = re.compile(r"^(\S+) -+ (\d+(?:\.\d+)?)s$")
+
+
+def role_durations(output: str) -> dict[str, float]:
+    """Per-role seconds from the ROLES RECAP of ansible.posix.profile_roles."""
+    lines = [PACKER_PREFIX.sub("", ANSI.sub("", line)).strip() for line in output.splitlines()]
+    start = max((i for i, line in enumerate(lines) if "ROLES RECAP" in line), default=None)
+    if start is None:
+        return {}
+    durations = {}
+    for line in lines[start:]:
+        if (match := ROLE_TIME.match(line)) and match.group(1) != "total":
+            durations[match.group(1)] = float(match.group(2))
+    return durations
+
+
+def owner_alive(owner: str) -> bool:
+    """Owners are `pid:<n>` of an efa-image build on this machine; others are left alone."""
+    if not owner.startswith("pid:") or not owner[4:].isdigit():
+        return True
+    try:
+        os.kill(int(owner[4:]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_build_containers() -> list[str]:
+    """Build containers of an interrupted build (killed efa-image or packer) are removed."""
+    template = f'{{{{.Names}}}} {{{{.Label "{OWNER_LABEL}"}}}}'
+    listing = run_command(
+        ["docker", "ps", "-a", "--filter", f"label={OWNER_LABEL}", "--format", template]
+    )
+    stale = [
+        name
+        for name, _, owner in (line.partition(" ") for line in listing.output.splitlines())
+        if name and not owner_alive(owner)
+    ]
+    if stale:
+        run_command(["docker", "rm", "-f", *stale])
+        print(f"removed build containers of interrupted builds: {', '.join(stale)}", flush=True)
+    return stale
 
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -141,11 +211,18 @@ def image_size(ref: str) -> int:
     return int(result.output.strip())
 
 
-def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> str:
+def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> BuildResult:
     root = project_root()
     out = root / "build"
     out.mkdir(exist_ok=True)
     timer = StepTimer("image")
+    result = BuildResult(
+        request.flavor,
+        request.profile,
+        request.base_image,
+        {},
+        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     # First, before any slow step: every missing artifact is named within seconds.
     with timer.step("pre-flight"):
         needed = catalog.needed(lock, request.flavor, request.profile)
@@ -161,49 +238,78 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
         print(f"{len(needed)} artifacts verified in the cache", flush=True)
     with timer.step("base image"):
         print(base.ensure_ref(request.base_image), flush=True)
-    versions = component_versions(needed)
+        remove_stale_build_containers()
+    versions = result.components = component_versions(needed)
     var_file = out / f"{request.flavor}-{request.profile}.pkrvars.json"
-    variables = packer_vars(request, versions, base_path(request.base_image))
+    owner = f"pid:{os.getpid()}"
+    variables = packer_vars(request, versions, base_path(request.base_image), owner)
     var_file.write_text(json.dumps(variables, indent=2) + "\n")
     manifest = out / "packer-manifest.json"
     # An earlier run's manifest must never be mistaken for this run's result.
     manifest.unlink(missing_ok=True)
     with timer.step("packer build"):
+        image, output = packer_build(root, var_file, manifest)
+        result.roles = role_durations(output)
+    with timer.step("verify"):
         try:
-            run_command(
-                [
-                    "packer",
-                    "build",
-                    "-only=docker.image",
-                    f"-var-file={var_file}",
-                    str(root / "packer"),
-                ],
-                stream=True,
-                cwd=root,
-                # Packer's ansible provisioner runs the ansible-playbook of this environment.
-                env={"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
-            )
-        except CommandError as exc:
-            failure = ansible_failure(exc.output)
-            raise EfaImageError(
-                "packer build failed; no image was committed or tagged"
-                + (f". Ansible reported:\n{failure}" if failure else f": {exc}")
-            ) from exc
-        image = built_image_id(manifest)
-    with timer.step("verify"), target(None, image) as run:
-        report = verify.verify_efa(run, version=versions.get("libfabric"))
-        mismatches = check_image_env(image, run)
-        report.add("image ENV", not mismatches, "; ".join(mismatches) or "matches env.d")
-        print(report.render(), flush=True)
-        if not report.ok:
-            raise EfaImageError(f"image {image} failed verification; it was not tagged")
+            verify_image(image, versions, result)
+        except EfaImageError:
+            # Nothing that failed verification stays behind to be taken as a build.
+            subprocess.run(["docker", "rmi", image], capture_output=True, check=False)
+            raise
     tags = tags_for(request, versions)
     for tag in tags:
         run_command(["docker", "tag", image, f"{request.repository}:{tag}"])
-    size = image_size(image)
+    result.image, result.tags = image, [f"{request.repository}:{tag}" for tag in tags]
+    result.image_bytes = image_size(image)
+    result.stages = {name: round(secs, 1) for name, secs, _ in timer.records}
     print(timer.summary())
-    print(
-        f"image {image}: {size / 1e6:.0f} MB, tagged "
-        + ", ".join(f"{request.repository}:{tag}" for tag in tags)
-    )
-    return image
+    print(f"image {image}: {result.image_bytes / 1e6:.0f} MB, tagged " + ", ".join(result.tags))
+    if before := result.cleanup.get("bytes_before"):
+        print(f"before clean-up the same components took {int(before) / 1e6:.0f} MB (du of /)")
+    return result
+
+
+def packer_build(root: Path, var_file: Path, manifest: Path) -> tuple[str, str]:
+    """Run `packer build` on the docker source; Ansible's own error when a role fails."""
+    try:
+        completed = run_command(
+            [
+                "packer",
+                "build",
+                "-only=docker.image",
+                f"-var-file={var_file}",
+                str(root / "packer"),
+            ],
+            stream=True,
+            cwd=root,
+            # Packer's ansible provisioner runs the ansible-playbook of this environment.
+            env={"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+        )
+    except CommandError as exc:
+        failure = ansible_failure(exc.output)
+        raise EfaImageError(
+            "packer build failed; no image was committed or tagged"
+            + (f". Ansible reported:\n{failure}" if failure else f": {exc}")
+        ) from exc
+    return built_image_id(manifest), completed.output
+
+
+def verify_image(image: str, versions: dict[str, str], result: BuildResult) -> None:
+    """EFA userspace, image ENV against env.d, and an MPI job across two containers."""
+    with target(None, image) as run:
+        report = verify.verify_efa(run, version=versions.get("libfabric"))
+        mismatches = check_image_env(image, run)
+        report.add("image ENV", not mismatches, "; ".join(mismatches) or "matches env.d")
+        cleanup = run("cat /opt/efa-image/cleanup.json")
+        if cleanup.rc == 0:
+            result.cleanup = json.loads(cleanup.stdout)
+        has_check = run(f"test -x {multihost.CHECK}").rc == 0
+    print(report.render(), flush=True)
+    job_ok = True
+    if has_check:
+        job = multihost.run_job(image, 2)
+        print(job.render(), flush=True)
+        job_ok = job.ok
+    if not report.ok or not job_ok:
+        raise EfaImageError(f"image {image} failed verification; it was removed, not tagged")

@@ -207,11 +207,15 @@ def cmd_build(args: argparse.Namespace) -> None:
         overlays=tuple(str(p.resolve()) for p in args.effective_overlays),
         extra_vars=tuple(args.extra_var or ()),
     )
-    build.build(request, loaded, catalog, store)
+    result = build.build(request, loaded, catalog, store)
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(result.to_json())
+        print(f"report: {args.report}")
 
 
 def cmd_verify(args: argparse.Namespace) -> None:
-    from efa_image import containers, verify
+    from efa_image import containers, multihost, verify
 
     ensure_docker()
     with containers.target(args.container, args.image) as run:
@@ -219,6 +223,13 @@ def cmd_verify(args: argparse.Namespace) -> None:
     print(report.to_json() if args.json else report.render())
     if not report.ok:
         raise EfaImageError(f"verification failed ({report.mode} mode)")
+    if args.hosts:
+        if not args.image:
+            raise EfaImageError("--hosts starts containers of an image: give --image")
+        job = multihost.run_job(args.image, args.hosts)
+        print(job.render())
+        if not job.ok:
+            raise EfaImageError(f"the MPI job across {args.hosts} containers failed")
 
 
 def _artifact_options(parser: argparse.ArgumentParser, selection: bool = True) -> None:
@@ -320,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="extra playbook variable, e.g. efa_method=source",
     )
+    build_cmd.add_argument(
+        "--report", metavar="FILE", help="write durations (stages, roles), sizes and tags as JSON"
+    )
     build_cmd.set_defaults(func=cmd_build)
 
     verify_cmd = sub.add_parser(
@@ -336,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--prefix", default="/opt/amazon/efa", help="libfabric prefix")
     verify_cmd.add_argument("--version", help="libfabric version that must be installed")
     verify_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify_cmd.add_argument(
+        "--hosts",
+        type=int,
+        metavar="N",
+        help="with --image: also run an MPI allreduce across N containers of it over SSH",
+    )
     verify_cmd.set_defaults(func=cmd_verify)
 
     fetch = sub.add_parser(

@@ -14,20 +14,18 @@ OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(
 LOCK = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS)
 OPENMPI = LOCK.get("openmpi")
 PREFIX = "/opt/amazon/openmpi"
-PROGRAM = (Path(__file__).parent / "allreduce.c").read_text()
+CHECK = "/opt/efa-image/bin/mpi_allreduce_check"
 # Open MPI's OFI MTL excludes tcp by default; without EFA, this selects it.
 OFI_TCP = "--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp"
 
 
 @pytest.fixture(scope="module")
 def program(host):
-    host.run("mkdir -p /tmp/mpitest")
-    result = host.run(
-        f"cat > /tmp/mpitest/allreduce.c <<'EOF'\n{PROGRAM}EOF\n"
-        f"{PREFIX}/bin/mpicc -o /tmp/mpitest/allreduce /tmp/mpitest/allreduce.c"
-    )
-    assert result.rc == 0, result.stderr
-    return "/tmp/mpitest/allreduce"
+    """The self-check the role compiles into the image (it outlives the toolchain)."""
+    check = host.file(CHECK)
+    assert check.is_file and check.mode & 0o111
+    assert "not found" not in host.check_output(f"ldd {CHECK}")
+    return CHECK
 
 
 def test_version_and_ofi_mtl(host):
@@ -62,7 +60,7 @@ def test_allreduce_on_two_ranks_through_the_ofi_mtl(host, program):
 
 def test_mpirun_as_root_from_the_image_environment(host, program):
     env = json.loads(host.file("/opt/efa-image/env.d/20-openmpi.json").content_string)
-    assert env["path"] == [f"{PREFIX}/bin"]
+    assert env["path"] == [f"{PREFIX}/bin", "/opt/efa-image/bin"]
     assert env["env"] == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     # As docker run would: no login shell, only the image's ENV.
     variables = " ".join(f"{k}={v}" for k, v in env["env"].items())

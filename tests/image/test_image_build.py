@@ -1,0 +1,165 @@
+"""`efa-image build` end to end on the CI mirror: a failing role, an interrupted build,
+the rebuild, and an MPI job across two containers of the result.
+
+The flavour and profile are the ones the CI mirror can build from reachable
+sources (EFA_IMAGE_TEST_FLAVOR, EFA_IMAGE_TEST_PROFILE; see the Makefile).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from efa_image import multihost
+
+FLAVOR = os.environ.get("EFA_IMAGE_TEST_FLAVOR", "efa")
+PROFILE = os.environ.get("EFA_IMAGE_TEST_PROFILE", "portable")
+MIRROR = os.environ.get("EFA_IMAGE_MIRROR", "")
+BASE = os.environ.get("EFA_IMAGE_BASE", "efa-image/base:debian13")
+REPOSITORY = "efa-image-test"
+OWNER_LABEL = "org.efa-image.build-owner"
+
+
+def build_argv(*extra: str) -> list[str]:
+    argv = [sys.executable, "-m", "efa_image", "build", "--flavor", FLAVOR, "--profile", PROFILE]
+    argv += ["--base-image", BASE, "--repository", REPOSITORY]
+    return argv + (["--mirror", MIRROR] if MIRROR else []) + list(extra)
+
+
+def docker(*argv: str) -> str:
+    return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True).stdout
+
+
+def image_ids() -> set[str]:
+    return set(docker("images", "-aq", "--no-trunc").split())
+
+
+def build_containers() -> list[str]:
+    return docker("ps", "-aq", "--filter", f"label={OWNER_LABEL}").split()
+
+
+def test_failing_role_leaves_no_image_and_shows_ansibles_error():
+    """A provider whose dependencies are missing makes libfabric's configure fail mid-build."""
+    before = image_ids()
+    providers = '{"efa_libfabric_providers": ["efa", "tcp", "psm3"]}'
+    proc = subprocess.run(
+        build_argv("--extra-var", providers), capture_output=True, text=True, check=False
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "no image was committed or tagged. Ansible reported:" in output
+    assert "TASK [efa : Configure libfabric with only the needed providers]" in output
+    assert "psm3" in output.split("Ansible reported:")[-1]
+    assert image_ids() == before
+    assert build_containers() == []
+
+
+def read_lines(stream, lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def test_build_killed_during_a_compile_then_rebuilt(tmp_path_factory):
+    """SIGKILL to the whole build (efa-image, packer, ansible) while libfabric compiles."""
+    proc = subprocess.Popen(
+        build_argv(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=read_lines, args=(proc.stdout, lines), daemon=True).start()
+    deadline, seen = time.monotonic() + 900, []
+    try:
+        while time.monotonic() < deadline:
+            line = lines.get(timeout=deadline - time.monotonic())
+            assert line is not None, "the build ended before compiling:\n" + "".join(seen[-40:])
+            seen.append(line)
+            if "TASK [efa : Compile libfabric]" in line:
+                break
+        time.sleep(5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert any("Compile libfabric" in line for line in seen)
+    # The killed build's container stays behind until the next build removes it.
+    assert build_containers()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    report = tmp_path_factory.mktemp("build") / "report.json"
+    proc = subprocess.run(build_argv("--report", str(report)), capture_output=True, text=True)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-5000:]
+    data = json.loads(report.read_text())
+    data["output"] = output
+    return data
+
+
+def test_rebuild_after_the_interrupted_build_succeeds(built):
+    assert "removed build containers of interrupted builds" in built["output"]
+    assert build_containers() == []
+    assert f"{REPOSITORY}:{FLAVOR}-{PROFILE}" in built["tags"]
+    assert (
+        docker("image", "inspect", "--format", "{{.Id}}", built["tags"][0]).strip()
+        == built["image"]
+    )
+
+
+def test_report_has_stage_and_role_durations_and_sizes(built):
+    assert {"pre-flight", "fetch", "base image", "packer build", "verify"} <= set(built["stages"])
+    assert {"efa", "openmpi", "mpi_ssh", "common"} <= set(built["roles"])
+    assert all(seconds > 0 for seconds in built["roles"].values())
+    assert built["image_bytes"] > 0
+    # The toolchain and build trees were there before the clean-up and are gone.
+    assert built["cleanup"]["bytes_before"] > built["cleanup"]["bytes_after"] + 100_000_000
+    assert "gcc" in " ".join(built["cleanup"]["removed_packages"])
+
+
+def test_image_holds_no_toolchain_build_tree_or_apt_lists(built):
+    script = (
+        "! command -v gcc && ! command -v make && test ! -e /var/tmp/efa-image-build"
+        ' && test -z "$(ls /var/lib/apt/lists | grep -v -e lock -e partial)"'
+        " && test -x /opt/efa-image/bin/mpi_allreduce_check && /usr/sbin/sshd -t"
+    )
+    proc = subprocess.run(
+        ["docker", "run", "--rm", built["image"], "sh", "-c", script],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_labels_and_manifest_name_the_components(built):
+    labels = json.loads(
+        docker("image", "inspect", "--format", "{{json .Config.Labels}}", built["image"])
+    )
+    manifest = json.loads(
+        docker("run", "--rm", built["image"], "cat", "/opt/efa-image/manifest.json")
+    )
+    components = {c["name"]: c for c in manifest["components"]}
+    for name, version in built["components"].items():
+        assert labels[f"org.efa-image.component.{name}"] == version
+    assert components["efa"]["version"] == built["components"]["libfabric"]
+    assert manifest["flavor"] == FLAVOR and manifest["profile"] == PROFILE
+
+
+def test_mpi_allreduce_across_two_containers_over_the_ofi_mtl(built):
+    job = multihost.run_job(built["image"], 2, provider="tcp")
+    print(job.render())
+    assert job.rc == 0, job.output
+    assert job.hosts_seen == set(job.hosts) and len(job.hosts) == 2
+    assert [rank.total for rank in job.ranks] == [3, 3]
+    assert job.ofi_selected == 2
+    assert job.ok
