@@ -19,7 +19,7 @@ build {
     # Ansible talks to the named build container directly.
     extra_arguments = concat(
       ["--extra-vars", "ansible_host=${local.container} ansible_connection=community.docker.docker"],
-      ["--extra-vars", "efa_image_profile=${var.profile} efa_image_base_image=${var.base_image}"],
+      ["--extra-vars", "efa_image_profile=${var.profile} efa_image_base_image=${var.base_image} efa_image_cuda_home=${var.cuda_home}"],
       [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
     )
     only = ["docker.image"]
@@ -29,7 +29,7 @@ build {
     playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
     ansible_env_vars = local.ansible_env_vars
     extra_arguments = concat(
-      ["--become", "--extra-vars", "efa_image_profile=${var.profile} efa_mode=host efa_image_base_image=${var.aws_source_ami_name}"],
+      ["--become", "--extra-vars", "efa_image_profile=${var.profile} efa_mode=host efa_image_base_image=${var.aws_source_ami_name} efa_image_cuda_home=${var.cuda_home}"],
       [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
     )
     only = ["amazon-ebs.ami"]

@@ -5,10 +5,10 @@
 variable "flavor" {
   type        = string
   default     = "efa"
-  description = "Image flavour: which roles the image holds (playbooks/<flavor>.yml)."
+  description = "Image flavour: which roles the image holds (playbooks/<flavor>.yml, playbooks/group_vars/all/flavors.yml)."
   validation {
-    condition     = contains(["efa"], var.flavor)
-    error_message = "The flavor must be one of: efa."
+    condition     = contains(["efa", "efa-reduced"], var.flavor)
+    error_message = "The flavor must be one of: efa, efa-reduced."
   }
 }
 
@@ -38,6 +38,12 @@ variable "build_owner" {
   type        = string
   default     = "manual"
   description = "Labels the build container (efa-image build passes its process id, and removes containers of builds that no longer run)."
+}
+
+variable "cuda_home" {
+  type        = string
+  default     = "/usr/local/cuda"
+  description = "CUDA of the base image (efa-image build finds it): /usr/local/cuda (nvidia/cuda) or /usr/lib/nvidia-cuda-toolkit (Debian)."
 }
 
 variable "pull_base_image" {

@@ -80,3 +80,77 @@ def test_image_env_must_match_what_the_roles_describe():
 def test_concatenated_json_files_split():
     assert build.split_json('{"a": 1}\n{"b": [2]}\n') == ['{"a": 1}', '{"b": [2]}']
     assert build.split_json("") == []
+
+
+PROFILE_ROLES_OUTPUT = """\
+    docker.image: PLAY RECAP *********************************************************
+    docker.image: ROLES RECAP ********************************************************
+    docker.image: Monday 30 November 2026  19:50:01 +0000 (0:00:01.000)       0:12:00.000 ***
+    docker.image: ===============================================================================
+    docker.image: openmpi ------------------------------------------------------- 540.25s
+    docker.image: efa ----------------------------------------------------------- 75.10s
+    docker.image: common -------------------------------------------------------- 60.00s
+    docker.image: ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    docker.image: total --------------------------------------------------------- 675.35s
+"""
+
+
+def test_role_durations_come_from_the_roles_recap():
+    assert build.role_durations(PROFILE_ROLES_OUTPUT) == {
+        "openmpi": 540.25,
+        "efa": 75.10,
+        "common": 60.0,
+    }
+    assert build.role_durations("no recap here") == {}
+
+
+def test_owners_of_dead_builds_are_stale(monkeypatch):
+    assert build.owner_alive(f"pid:{__import__('os').getpid()}")
+    assert not build.owner_alive("pid:999999999")
+    # Containers labelled by hand (packer build without efa-image) are never removed.
+    assert build.owner_alive("manual")
+
+
+def artifact(name, version, filename="x.tar.gz"):
+    from efa_image.lock import Artifact
+
+    return Artifact(
+        name=name, version=version, role="r", filename=filename, urls=("u",), sha256="0" * 64
+    )
+
+
+def test_compatibility_facts_follow_methods_and_base_cuda():
+    needed = [
+        artifact("libfabric", "2.1.0"),
+        artifact("nccl_wheel", "2.30.4", "nvidia_nccl_cu12-2.30.4-py3-none-any.whl"),
+        artifact("aws_ofi_nccl", "1.19.0"),
+    ]
+    facts = build.compat_facts(
+        needed, ["efa", "nccl", "aws_ofi_nccl"], {"efa": "source"}, build.BaseCuda("/c", "12.4")
+    )
+    assert facts == {
+        "efa_method": "source",
+        "libfabric": "2.1.0",
+        "nccl": "2.30.4",
+        "nccl_cuda_major": "12",
+        "aws_ofi_nccl": "1.19.0",
+        "base_cuda_major": "12",
+    }
+
+
+def test_incompatible_versions_stop_the_build_with_reason_and_fix():
+    facts = {"efa_method": "installer", "efa_installer": "1.28.0", "nccl": "2.30.4"}
+    with pytest.raises(EfaImageError, match="nothing was built") as info:
+        build.check_compatibility(facts)
+    assert "efa_installer" in str(info.value) and "aws-ofi-nccl/issues/584" in str(info.value)
+    wrong_cuda = {"efa_method": "source", "nccl_cuda_major": "13", "base_cuda_major": "12"}
+    with pytest.raises(EfaImageError, match="nccl_cuda_major"):
+        build.check_compatibility(wrong_cuda)
+    assert build.check_compatibility({"efa_method": "source", "libfabric": "2.1.0"}).ok
+
+
+def test_packer_vars_name_the_owner_and_cuda_home():
+    values = build.packer_vars(REQUEST, {}, owner="pid:1", cuda_home="/usr/lib/nvidia-cuda-toolkit")
+    assert values["build_owner"] == "pid:1"
+    assert values["cuda_home"] == "/usr/lib/nvidia-cuda-toolkit"
+    assert build.packer_vars(REQUEST, {})["cuda_home"] == "/usr/local/cuda"

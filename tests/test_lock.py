@@ -156,8 +156,12 @@ def test_flavour_selection_follows_the_profile(root):
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
     aws = {a.name for a in catalog.needed(loaded, "efa", "aws")}
     portable = {a.name for a in catalog.needed(loaded, "efa", "portable")}
-    assert aws == {"efa_installer"}
-    assert portable == {"libfabric", "openmpi"}
+    # aws: the installer brings libfabric, Open MPI and the plugin; NCCL is built from source.
+    assert aws == {"efa_installer", "nccl", "nccl_tests"}
+    assert portable == {"libfabric", "openmpi", "nccl_wheel", "aws_ofi_nccl", "nccl_tests"}
+    # The reduced flavour is what reachable sources build (the CI mirror).
+    reduced = {a.name for a in catalog.needed(loaded, "efa-reduced", "portable")}
+    assert reduced == {"libfabric", "openmpi", "nccl_wheel"}
     assert {"nccl_wheel", "aws_ofi_nccl"} <= {
         a.name for a in catalog.needed(loaded, "sagemaker", "upstream")
     }
@@ -174,5 +178,11 @@ def test_portable_profile_builds_from_debian_sources(root):
     assert overlay == root / "playbooks/lock-overlays/debian-sources.yml"
     assert catalog.overlay("aws") is None and catalog.overlay("upstream") is None
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml", [overlay])
-    for artifact in catalog.needed(loaded, "efa", "portable"):
-        assert all(url.startswith("http://deb.debian.org/debian/pool/") for url in artifact.urls)
+    # Everything of the reduced flavour comes from Debian's pool and PyPI.
+    for artifact in catalog.needed(loaded, "efa-reduced", "portable"):
+        assert all(
+            url.startswith(
+                ("http://deb.debian.org/debian/pool/", "https://files.pythonhosted.org/")
+            )
+            for url in artifact.urls
+        )

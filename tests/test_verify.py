@@ -1,3 +1,5 @@
+import json
+
 from efa_image import verify
 
 VERSION = "/opt/amazon/efa/bin/fi_info: 2.1.0\nlibfabric: 2.1.0\nlibfabric api: 2.1\n"
@@ -77,3 +79,42 @@ def test_efa_failing_for_another_reason_is_not_accepted():
 
 def test_empty_report_is_not_ok():
     assert not verify.Report("no-device", "nothing ran").ok
+
+
+MANIFEST = json.dumps(
+    {
+        "components": [
+            {"name": "efa", "method": "source", "version": "2.1.0"},
+            {"name": "nccl", "method": "wheel", "version": "2.30.4"},
+            {"name": "aws_ofi_nccl", "method": "source", "version": "1.19.0"},
+        ]
+    }
+)
+
+
+def test_image_compatibility_from_the_manifest_and_torch():
+    run = fake(
+        {
+            "cat /opt/efa-image/manifest.json": (0, MANIFEST, ""),
+            verify.TORCH_NCCL: (0, "(2, 27, 3)\n", ""),
+        }
+    )
+    report = verify.Report("no-device", "test")
+    result = verify.verify_compat(run, report)
+    assert not result.ok
+    failed = [f for f in report.findings if not f.ok]
+    assert [f.check for f in failed] == ["compatibility torch-nccl-matches-image-nccl"]
+    assert "2.27.3" in failed[0].detail and "2.30" in failed[0].detail
+
+
+def test_image_without_torch_skips_that_rule():
+    run = fake({"cat /opt/efa-image/manifest.json": (0, MANIFEST, "")})
+    report = verify.Report("no-device", "test")
+    assert verify.verify_compat(run, report).ok
+    assert report.findings[-1].ok and "torch-nccl-matches-image-nccl" in report.findings[-1].detail
+
+
+def test_perf_without_a_gpu_fails_and_says_why():
+    report = verify.Report("no-device", "test")
+    assert verify.verify_perf(fake({}), report, "p5.48xlarge") is None
+    assert not report.ok and "needs a GPU host" in report.findings[0].detail

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from efa_image import base, multihost, verify
+from efa_image import base, compat, multihost, verify
 from efa_image.artifacts import Store, preflight_report
 from efa_image.containers import target
 from efa_image.errors import EfaImageError
@@ -78,8 +78,84 @@ def base_path(image: str) -> str:
     return DEFAULT_PATH
 
 
+@dataclass(frozen=True)
+class BaseCuda:
+    """CUDA in the base image: where nvcc lives and which version it is ("" when none)."""
+
+    home: str = ""
+    version: str = ""
+
+    @property
+    def major(self) -> str:
+        return self.version.split(".")[0] if self.version else ""
+
+
+CUDA_HOMES = ("/usr/local/cuda", "/usr/lib/nvidia-cuda-toolkit")
+CUDA_PROBE = (
+    'for d in "$@"; do if [ -x "$d/bin/nvcc" ]; then echo "home $d"; '
+    '"$d/bin/nvcc" --version | sed -n "s/.*release \\([0-9.]*\\),.*/version \\1/p"; '
+    "exit 0; fi; done; "
+    # Runtime images have no nvcc; NVIDIA's set CUDA_VERSION.
+    'if [ -n "${CUDA_VERSION:-}" ]; then echo "version $CUDA_VERSION"; fi'
+)
+
+
+def probe_cuda(image: str) -> BaseCuda:
+    """NVIDIA's layout (nvidia/cuda) or Debian's nvidia-cuda-toolkit, found by nvcc."""
+    shell = ["docker", "run", "--rm", "--entrypoint", "/bin/sh", image]
+    result = run_command([*shell, "-c", CUDA_PROBE, "probe", *CUDA_HOMES])
+    found = dict(line.split(" ", 1) for line in result.output.splitlines() if " " in line)
+    return BaseCuda(found.get("home", ""), found.get("version", ""))
+
+
+def compat_facts(
+    needed: list[Artifact], roles: list[str], methods: dict[str, str], cuda: BaseCuda
+) -> dict[str, str]:
+    """What the compatibility rules (efa_image.compat) know before a build starts."""
+    artifacts = {artifact.name: artifact for artifact in needed}
+    facts = {"efa_method": methods.get("efa", "")}
+    if "efa_installer" in artifacts:
+        facts["efa_installer"] = artifacts["efa_installer"].version
+    if "libfabric" in artifacts:
+        facts["libfabric"] = artifacts["libfabric"].version
+    if "nccl" in roles:
+        source = artifacts.get("nccl") or artifacts.get("nccl_wheel")
+        if source:
+            facts["nccl"] = source.version
+        if "nccl_wheel" in artifacts:
+            major = compat.nccl_cuda_major(artifacts["nccl_wheel"].filename)
+            if major:
+                facts["nccl_cuda_major"] = major
+    if "aws_ofi_nccl" in artifacts:
+        facts["aws_ofi_nccl"] = artifacts["aws_ofi_nccl"].version
+    if cuda.major:
+        facts["base_cuda_major"] = cuda.major
+    return facts
+
+
+def check_compatibility(facts: dict[str, str]) -> compat.Check:
+    """Every rule's outcome is printed; violations stop the build before any build work."""
+    result = compat.check(facts)
+    for rule in result.passed:
+        print(f"  ok   {rule}")
+    for skipped in result.skipped:
+        print(f"  skip {skipped.rule}: {skipped.why}")
+    for violation in result.violations:
+        print(f"  BAD  {violation.rule}: {violation.message}")
+    if not result.ok:
+        raise EfaImageError(
+            "incompatible versions, nothing was built:\n"
+            + "\n".join(f"  - {v.message} ({v.reference})" for v in result.violations)
+        )
+    return result
+
+
 def packer_vars(
-    request: BuildRequest, versions: dict[str, str], path: str = "", owner: str = "manual"
+    request: BuildRequest,
+    versions: dict[str, str],
+    path: str = "",
+    owner: str = "manual",
+    cuda_home: str = "",
 ) -> dict[str, object]:
     labels = {f"org.efa-image.component.{name}": v for name, v in versions.items()}
     return {
@@ -93,6 +169,7 @@ def packer_vars(
         "lock_overlay": ":".join(request.overlays),
         "ansible_extra_vars": list(request.extra_vars),
         "build_owner": owner,
+        "cuda_home": cuda_home or CUDA_HOMES[0],
     }
 
 
@@ -110,6 +187,15 @@ def built_image_id(manifest: Path) -> str:
 
 
 OWNER_LABEL = "org.efa-image.build-owner"
+# Roles whose source builds compile against CUDA, and the archives they compile.
+CUDA_ROLES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
+CUDA_ARCHIVES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
+
+
+def needs_nvcc(needed: list[Artifact]) -> bool:
+    return any(artifact.name in CUDA_ARCHIVES for artifact in needed)
+
+
 ROLE_TIME = re.compile(r"^(\S+) -+ (\d+(?:\.\d+)?)s$")
 
 
@@ -239,10 +325,22 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
     with timer.step("base image"):
         print(base.ensure_ref(request.base_image), flush=True)
         remove_stale_build_containers()
+        cuda = probe_cuda(request.base_image)
+        print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
+    roles = catalog.roles(request.flavor)
+    with timer.step("compatibility"):
+        facts = compat_facts(needed, roles, catalog.methods(request.profile), cuda)
+        check_compatibility(facts)
+        if not cuda.home and CUDA_ROLES & set(roles) and needs_nvcc(needed):
+            raise EfaImageError(
+                f"flavour {request.flavor} with profile {request.profile} compiles against CUDA, "
+                f"and {request.base_image} has no nvcc: use a CUDA devel base image "
+                "(nvidia/cuda:<ver>-devel-ubuntu22.04, or efa-image/base:debian13-cuda here)"
+            )
     versions = result.components = component_versions(needed)
     var_file = out / f"{request.flavor}-{request.profile}.pkrvars.json"
     owner = f"pid:{os.getpid()}"
-    variables = packer_vars(request, versions, base_path(request.base_image), owner)
+    variables = packer_vars(request, versions, base_path(request.base_image), owner, cuda.home)
     var_file.write_text(json.dumps(variables, indent=2) + "\n")
     manifest = out / "packer-manifest.json"
     # An earlier run's manifest must never be mistaken for this run's result.

@@ -218,8 +218,11 @@ def cmd_verify(args: argparse.Namespace) -> None:
     from efa_image import containers, multihost, verify
 
     ensure_docker()
-    with containers.target(args.container, args.image) as run:
+    with containers.target(args.container, args.image, gpus=args.perf) as run:
         report = verify.verify_efa(run, prefix=args.prefix, version=args.version)
+        verify.verify_compat(run, report)
+        if args.perf:
+            verify.verify_perf(run, report, args.instance_type, args.threshold)
     print(report.to_json() if args.json else report.render())
     if not report.ok:
         raise EfaImageError(f"verification failed ({report.mode} mode)")
@@ -350,6 +353,19 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--prefix", default="/opt/amazon/efa", help="libfabric prefix")
     verify_cmd.add_argument("--version", help="libfabric version that must be installed")
     verify_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify_cmd.add_argument(
+        "--perf",
+        action="store_true",
+        help="GPU hosts: run all_reduce_perf on every GPU and check bus bandwidth",
+    )
+    verify_cmd.add_argument(
+        "--instance-type",
+        default="p5.48xlarge",
+        help="with --perf: the floor to compare with (src/efa_image/data/nccl_busbw.yml)",
+    )
+    verify_cmd.add_argument(
+        "--threshold", type=float, metavar="GBPS", help="with --perf: this floor instead"
+    )
     verify_cmd.add_argument(
         "--hosts",
         type=int,

@@ -26,7 +26,7 @@ def exec_in(container: str) -> Run:
 
 
 @contextmanager
-def target(container: str | None, image: str | None) -> Iterator[Run]:
+def target(container: str | None, image: str | None, gpus: bool = False) -> Iterator[Run]:
     if container:
         yield exec_in(container)
         return
@@ -35,8 +35,10 @@ def target(container: str | None, image: str | None) -> Iterator[Run]:
     devices = [
         arg for dev in sorted(glob.glob("/dev/infiniband/uverbs*")) for arg in ("--device", dev)
     ]
+    # HARDWARE: GPUs through the NVIDIA container toolkit (docker run --gpus).
+    gpu = ["--gpus", "all"] if gpus else []
     run_command(
-        ["docker", "run", "-d", "--rm", "--name", name, *devices, str(image), "sleep", "3600"]
+        ["docker", "run", "-d", "--rm", "--name", name, *devices, *gpu, str(image), "sleep", "3600"]
     )
     try:
         yield exec_in(name)

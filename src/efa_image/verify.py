@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from efa_image import fi_info
+from efa_image import compat, fi_info
 
 
 class Output(Protocol):
@@ -131,3 +131,94 @@ def verify_efa(run: Run, prefix: str = "/opt/amazon/efa", version: str | None = 
         "tcp provider", tcp.rc == 0 and bool(tcp_endpoints), f"{len(tcp_endpoints)} endpoints"
     )
     return report
+
+
+# Asks an installed PyTorch for the NCCL it loads (absent: the rule is skipped).
+TORCH_NCCL = (
+    "python3 -c 'import torch; print(torch.cuda.nccl.version())' 2>/dev/null"
+    " || /opt/efa-image/venv/bin/python -c 'import torch; print(torch.cuda.nccl.version())'"
+)
+
+
+def image_facts(run: Run) -> dict[str, str]:
+    """Versions for the compatibility rules from the image manifest (and PyTorch, if any)."""
+    listing = run("cat /opt/efa-image/manifest.json")
+    manifest = json.loads(listing.stdout) if listing.rc == 0 and listing.stdout.strip() else {}
+    components = {c["name"]: c for c in manifest.get("components", [])}
+    facts: dict[str, str] = {}
+    if efa := components.get("efa"):
+        facts["efa_method"] = str(efa.get("method", ""))
+        key = "libfabric" if efa.get("method") == "source" else "efa_installer"
+        facts[key] = str(efa.get("version", ""))
+    for name in ("nccl", "aws_ofi_nccl"):
+        if name in components:
+            facts[name] = str(components[name].get("version", ""))
+    torch = run(TORCH_NCCL)
+    if torch.rc == 0 and torch.stdout.strip():
+        facts["torch_nccl"] = compat.torch_nccl_version(torch.stdout.strip())
+    return facts
+
+
+def verify_compat(run: Run, report: Report) -> compat.Check:
+    """One finding per violated rule, or one saying which rules held and which did not apply."""
+    facts = image_facts(run)
+    result = compat.check(facts)
+    for violation in result.violations:
+        report.add(f"compatibility {violation.rule}", False, violation.message)
+    if result.ok:
+        skipped = ", ".join(s.rule for s in result.skipped) or "none"
+        report.add(
+            "compatibility",
+            True,
+            f"{len(result.passed)} rules hold ({', '.join(result.passed) or 'none'}); "
+            f"not applicable here: {skipped}",
+        )
+    return result
+
+
+def gpu_count(run: Run) -> int:
+    found = run("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null")
+    return len([line for line in found.stdout.splitlines() if line.strip()]) if found.rc == 0 else 0
+
+
+def verify_perf(
+    run: Run,
+    report: Report,
+    instance_type: str,
+    threshold: float | None = None,
+    max_bytes: str = "8G",
+) -> object:
+    """HARDWARE: all_reduce_perf on every GPU of this host, bus bandwidth against a floor.
+
+    NCCL_DEBUG=INFO makes NCCL name the network plugin it loaded; the report says
+    whether that was aws-ofi-nccl. Without a GPU the check fails and says why.
+    """
+    from efa_image import nccl_tests  # imports Finding from here
+
+    gpus = gpu_count(run)
+    if not gpus:
+        report.add("nccl-tests", False, "no GPU visible (nvidia-smi): --perf needs a GPU host")
+        return None
+    command = f"NCCL_DEBUG=INFO all_reduce_perf -b 8 -e {shlex.quote(max_bytes)} -f 2 -g {gpus}"
+    output = run(command)
+    text = output.stdout + output.stderr
+    try:
+        result = nccl_tests.parse(text)
+    except nccl_tests.ParseError as exc:
+        report.add("nccl-tests", False, f"{command}: {exc}")
+        return None
+    report.add(
+        "nccl-tests",
+        output.rc == 0 and result.ok,
+        f"all_reduce_perf on {gpus} GPUs: {len(result.rows)} sizes, out of bounds "
+        f"{result.out_of_bounds}, avg busbw {result.avg_busbw}",
+    )
+    plugin = [line for line in text.splitlines() if "NET/OFI" in line or "NET/Plugin" in line]
+    report.add(
+        "NCCL net plugin",
+        any("NET/OFI" in line for line in plugin),
+        plugin[0].strip() if plugin else "NCCL_DEBUG=INFO names no network plugin",
+    )
+    thresholds = {instance_type: threshold} if threshold is not None else None
+    report.findings.append(nccl_tests.check_bandwidth(result, instance_type, thresholds, nodes=1))
+    return result

@@ -1,0 +1,69 @@
+"""NCCL from the wheel (CI mirror) and from Debian's packages: linker cache, versions, record."""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from efa_image import lock
+
+ROOT = Path(__file__).resolve().parents[3]
+OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
+WHEEL = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("nccl_wheel")
+PACKAGE_VERSION = "2.22.3"
+VERSION_CODE = (
+    "import ctypes,sys; v=ctypes.c_int();"
+    " ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); print(v.value)"
+)
+
+
+@pytest.fixture
+def method(host):
+    """The platform's name ends in its method (see converge.yml)."""
+    return host.backend.get_hostname().removeprefix("efa-image-nccl-")
+
+
+@pytest.fixture
+def layout(host, method):
+    if method == "wheel":
+        return "/opt/nccl/lib", "/opt/nccl/include", WHEEL.version
+    return "/usr/lib/x86_64-linux-gnu", "/usr/include", PACKAGE_VERSION
+
+
+def test_library_is_in_the_linker_cache(host, layout):
+    libdir, _, _ = layout
+    # With merged /usr, ld.so lists /usr/lib/<triplet> as /lib/<triplet>.
+    listed = re.findall(r"libnccl\.so\.2 \(.*=> (\S+)", host.check_output("ldconfig -p"))
+    assert f"{libdir}/libnccl.so.2".removeprefix("/usr") in [p.removeprefix("/usr") for p in listed]
+
+
+def test_header_library_and_method_agree(host, layout):
+    _, includedir, version = layout
+    header = host.file(f"{includedir}/nccl.h").content_string
+    fields = ("MAJOR", "MINOR", "PATCH")
+    parts = [re.search(rf"#define NCCL_{p} (\d+)", header).group(1) for p in fields]
+    assert ".".join(parts) == version
+    code = int(host.check_output(f"python3 -c '{VERSION_CODE}' libnccl.so.2"))
+    assert f"{code // 10000}.{code % 10000 // 100}.{code % 100}" == version
+
+
+def test_nothing_unresolved(host, layout):
+    libdir, _, _ = layout
+    assert "not found" not in host.check_output(f"ldd {libdir}/libnccl.so.2")
+
+
+def test_component_record(host, method, layout):
+    _, _, version = layout
+    record = json.loads(host.file("/opt/efa-image/components/nccl.json").content_string)
+    assert record["method"] == method and record["version"] == version
+    if method == "wheel":
+        assert record["sha256"] == WHEEL.sha256 and record["source"] == WHEEL.urls[0]
+        installed = json.loads(host.file("/opt/nccl/.efa-image-installed").content_string)
+        assert installed == {"method": "wheel", "version": WHEEL.version, "sha256": WHEEL.sha256}
+        # The 400 MB wheel does not stay behind in the build tree.
+        assert not host.file(f"/var/tmp/efa-image-build/artifacts/{WHEEL.filename}").exists
+    else:
+        assert record["source"] == "apt: libnccl2 libnccl-dev"
+        assert host.package("libnccl-dev").version.startswith(PACKAGE_VERSION)

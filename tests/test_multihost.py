@@ -1,0 +1,40 @@
+from efa_image import multihost
+
+OUTPUT = """\
+[efa-mpi-1:00012] mca: base: components_open: opening mtl components
+[efa-mpi-1:00012] select: initializing mtl component ofi
+[efa-mpi-1:00012] (   mtl) Selected component [ofi]
+[efa-mpi-2:00034] (   mtl) Selected component [ofi]
+rank 1 of 2 on efa-mpi-2: sum 3 expected 3
+rank 0 of 2 on efa-mpi-1: sum 3 expected 3
+"""
+
+
+def result(output, rc=0, hosts=("efa-mpi-1", "efa-mpi-2")):
+    ranks, selected = multihost.parse(output)
+    return multihost.JobResult(list(hosts), "tcp", "mpirun", rc, output, ranks, selected)
+
+
+def test_both_hosts_and_the_ofi_mtl_make_a_good_job():
+    job = result(OUTPUT)
+    assert [r.rank for r in job.ranks] == [0, 1]
+    assert job.hosts_seen == {"efa-mpi-1", "efa-mpi-2"}
+    assert job.ofi_selected == 2
+    assert job.ok
+    assert "ok: hosts efa-mpi-1, efa-mpi-2" in job.render()
+
+
+def test_one_host_missing_a_wrong_sum_or_another_mtl_fail():
+    one_host = OUTPUT.replace("on efa-mpi-2", "on efa-mpi-1")
+    assert not result(one_host).ok
+    assert not result(OUTPUT.replace("sum 3 expected", "sum 2 expected")).ok
+    assert not result(OUTPUT.replace("Selected component [ofi]", "Selected component [psm2]")).ok
+    assert not result(OUTPUT, rc=1).ok
+    assert "FAILED" in result(OUTPUT, rc=1).render()
+
+
+def test_mpirun_command_places_one_rank_per_host_through_the_provider():
+    argv = multihost.mpirun_command(["a", "b"], "tcp")
+    assert argv[:5] == [multihost.MPIRUN, "-np", "2", "--host", "a:1,b:1"]
+    assert argv[argv.index("mtl_ofi_provider_include") + 1] == "tcp"
+    assert argv[-1] == multihost.CHECK
