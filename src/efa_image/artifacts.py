@@ -286,7 +286,9 @@ class Store:
             return list(pool.map(self.check, artifacts))
 
 
-def preflight_report(checks: list[Check], mirror: str | None, other_profile: str | None) -> str:
+def preflight_report(
+    checks: list[Check], mirror: str | None, other_profile: str | None, hint: str = ""
+) -> str:
     """One message naming every artifact that a build could not get, and the remedies."""
     bad = [check for check in checks if not check.ok]
     lines = [f"{len(bad)} of {len(checks)} artifacts cannot be had:"]
@@ -307,4 +309,6 @@ def preflight_report(checks: list[Check], mirror: str | None, other_profile: str
             f"Or choose the {other_profile} profile (PROFILE={other_profile}), which builds "
             "from the upstream archives Debian's source pool serves, PyPI and distro packages."
         )
+    if hint:
+        lines.append(hint)
     return "\n".join(lines)

@@ -192,6 +192,17 @@ CUDA_ROLES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
 CUDA_ARCHIVES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
 
 
+def reduced_hint(request: BuildRequest, checks: list) -> str:
+    """The efa flavour never leaves the plugin or nccl-tests out silently; say what would."""
+    missing = {check.artifact.name for check in checks if not check.ok}
+    if request.flavor == "efa" and missing <= {"aws_ofi_nccl", "nccl_tests"}:
+        return (
+            "Or build the efa-reduced flavour (FLAVOR=efa-reduced), which leaves aws-ofi-nccl "
+            "and nccl-tests out: without the plugin NCCL does not use EFA."
+        )
+    return ""
+
+
 def needs_nvcc(needed: list[Artifact]) -> bool:
     return any(artifact.name in CUDA_ARCHIVES for artifact in needed)
 
@@ -317,7 +328,9 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
             print(f"  {'ok ' if check.ok else 'BAD'} {check.artifact.name}: {check.detail}")
         if any(not check.ok for check in checks):
             other = "portable" if request.profile != "portable" else None
-            raise EfaImageError(preflight_report(checks, store.mirror, other))
+            raise EfaImageError(
+                preflight_report(checks, store.mirror, other, reduced_hint(request, checks))
+            )
     with timer.step("fetch"):
         for artifact in needed:
             store.get(artifact)

@@ -201,7 +201,7 @@ def cmd_build(args: argparse.Namespace) -> None:
     request = build.BuildRequest(
         flavor=args.flavor or catalog.default_flavor,
         profile=args.profile or catalog.default_profile,
-        base_image=args.base_image,
+        base_image=args.base_image or catalog.base_image(args.flavor or catalog.default_flavor),
         repository=args.repository,
         mirror=args.mirror or None,
         overlays=tuple(str(p.resolve()) for p in args.effective_overlays),
@@ -323,9 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     _artifact_options(build_cmd)
     build_cmd.add_argument(
         "--base-image",
-        default="efa-image/base:debian13",
         metavar="REF",
-        help="base image (a local recipe, a local image or a pullable one)",
+        help="base image (a local recipe, a local image or a pullable one; default: the "
+        "flavour's, see playbooks/group_vars/all/flavors.yml)",
     )
     build_cmd.add_argument("--repository", default="efa-image", help="repository to tag into")
     build_cmd.add_argument(

@@ -12,6 +12,8 @@ from efa_image.errors import EfaImageError
 from efa_image.lock import Artifact, Lock
 from efa_image.paths import project_root
 
+DEFAULT_BASE_IMAGE = "efa-image/base:debian13"
+
 
 @dataclass(frozen=True)
 class Catalog:
@@ -20,11 +22,17 @@ class Catalog:
     default_flavor: str
     default_profile: str
     overlays: dict[str, Path] = field(default_factory=dict)
+    base_images: dict[str, str] = field(default_factory=dict)
 
     def roles(self, flavor: str) -> list[str]:
         if flavor not in self.flavors:
             raise EfaImageError(f"unknown flavour {flavor!r}; known: {', '.join(self.flavors)}")
         return self.flavors[flavor]
+
+    def base_image(self, flavor: str) -> str:
+        """The flavour's default base image (a CUDA one where roles compile against CUDA)."""
+        self.roles(flavor)
+        return self.base_images.get(flavor, DEFAULT_BASE_IMAGE)
 
     def methods(self, profile: str) -> dict[str, str]:
         if profile not in self.profiles:
@@ -56,6 +64,11 @@ def load_catalog(path: Path | None = None) -> Catalog:
         profiles={name: dict(spec["methods"]) for name, spec in profiles.items()},
         default_flavor=data["efa_image_default_flavor"],
         default_profile=data["efa_image_default_profile"],
+        base_images={
+            name: spec["base_image"]
+            for name, spec in data["efa_image_flavors"].items()
+            if spec.get("base_image")
+        },
         overlays={
             name: playbooks / spec["lock_overlay"]
             for name, spec in profiles.items()
