@@ -130,7 +130,7 @@ def test_report_has_stage_and_role_durations_and_sizes(built):
 def test_image_holds_no_toolchain_build_tree_or_apt_lists(built):
     script = (
         "! command -v gcc && ! command -v make && test ! -e /var/tmp/efa-image-build"
-        ' && test -z "$(ls /var/lib/apt/lists | grep -v -e lock -e partial)"'
+        ' && test -z "$(find /var/lib/apt/lists -type f ! -name lock)"'
         " && test -x /opt/efa-image/bin/mpi_allreduce_check && /usr/sbin/sshd -t"
     )
     proc = subprocess.run(
