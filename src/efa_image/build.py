@@ -407,11 +407,12 @@ def packer_build(root: Path, var_file: Path, manifest: Path) -> tuple[str, str]:
 
 
 def verify_image(image: str, versions: dict[str, str], result: BuildResult) -> None:
-    """EFA userspace, image ENV against env.d, and an MPI job across two containers."""
+    """EFA userspace, image ENV, compatibility, and an MPI job across two containers."""
     with target(None, image) as run:
         report = verify.verify_efa(run, version=versions.get("libfabric"))
         mismatches = check_image_env(image, run)
         report.add("image ENV", not mismatches, "; ".join(mismatches) or "matches env.d")
+        verify.verify_compat(run, report)
         cleanup = run("cat /opt/efa-image/cleanup.json")
         if cleanup.rc == 0:
             result.cleanup = json.loads(cleanup.stdout)
