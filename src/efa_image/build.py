@@ -187,8 +187,7 @@ def built_image_id(manifest: Path) -> str:
 
 
 OWNER_LABEL = "org.efa-image.build-owner"
-# Roles whose source builds compile against CUDA, and the archives they compile.
-CUDA_ROLES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
+# Source archives that are compiled against CUDA (the wheel and packages are not).
 CUDA_ARCHIVES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
 
 
@@ -344,7 +343,7 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
     with timer.step("compatibility"):
         facts = compat_facts(needed, roles, catalog.methods(request.profile), cuda)
         check_compatibility(facts)
-        if not cuda.home and CUDA_ROLES & set(roles) and needs_nvcc(needed):
+        if not cuda.home and needs_nvcc(needed):
             raise EfaImageError(
                 f"flavour {request.flavor} with profile {request.profile} compiles against CUDA, "
                 f"and {request.base_image} has no nvcc: use a CUDA devel base image "

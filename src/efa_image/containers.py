@@ -25,6 +25,12 @@ def exec_in(container: str) -> Run:
     return run
 
 
+def efa_device_args() -> list[str]:
+    """`--device` options for the host's EFA devices (none where there is no EFA)."""
+    devices = sorted(glob.glob("/dev/infiniband/uverbs*"))
+    return [arg for dev in devices for arg in ("--device", dev)]
+
+
 @contextmanager
 def target(container: str | None, image: str | None, gpus: bool = False) -> Iterator[Run]:
     if container:
@@ -32,9 +38,7 @@ def target(container: str | None, image: str | None, gpus: bool = False) -> Iter
         return
     name = f"efa-image-verify-{uuid.uuid4().hex[:8]}"
     # HARDWARE: on an EFA instance the devices are passed in, as SageMaker and ECS do.
-    devices = [
-        arg for dev in sorted(glob.glob("/dev/infiniband/uverbs*")) for arg in ("--device", dev)
-    ]
+    devices = efa_device_args()
     # HARDWARE: GPUs through the NVIDIA container toolkit (docker run --gpus).
     gpu = ["--gpus", "all"] if gpus else []
     run_command(

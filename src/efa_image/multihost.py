@@ -9,7 +9,6 @@ SSH. Without EFA devices the OFI MTL is pointed at libfabric's tcp provider
 
 from __future__ import annotations
 
-import glob
 import re
 import subprocess
 import time
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from efa_image.containers import efa_device_args
 from efa_image.errors import EfaImageError
 from efa_image.runner import run_command
 
@@ -119,7 +119,7 @@ def cluster(image: str, count: int) -> Iterator[list[str]]:
     network = f"efa-image-mpi-{job}"
     hosts = [f"efa-mpi-{job}-{i}" for i in range(1, count + 1)]
     # HARDWARE: on an EFA instance every container gets the devices, as a job's nodes would.
-    devices = [a for dev in sorted(glob.glob("/dev/infiniband/uverbs*")) for a in ("--device", dev)]
+    devices = efa_device_args()
     run_command(["docker", "network", "create", "--label", LABEL, network])
     try:
         for host in hosts:
@@ -156,7 +156,7 @@ def docker_exec(container: str, argv: list[str]) -> subprocess.CompletedProcess[
 
 
 def run_job(image: str, count: int = 2, provider: str | None = None) -> JobResult:
-    provider = provider or ("efa" if glob.glob("/dev/infiniband/uverbs*") else "tcp")
+    provider = provider or ("efa" if efa_device_args() else "tcp")
     with cluster(image, count) as hosts:
         argv = mpirun_command(hosts, provider)
         proc = docker_exec(hosts[0], argv)
