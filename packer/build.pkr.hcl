@@ -1,10 +1,12 @@
 locals {
-  # The project's Ansible settings, and where the controller takes artifacts from.
+  # The project's Ansible settings, where the controller takes artifacts from,
+  # and where it keeps compiled components for identical rebuilds.
   ansible_env_vars = [
     "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
     "ANSIBLE_ROLES_PATH=${path.root}/../roles",
     "EFA_IMAGE_MIRROR=${var.mirror}",
     "EFA_IMAGE_LOCK_OVERLAY=${var.lock_overlay}",
+    "EFA_IMAGE_BUILD_CACHE=${var.build_cache}",
   ]
 }
 

@@ -76,6 +76,12 @@ variable "mirror" {
   description = "Artifact mirror directory or URL on the controller; when set, the only source."
 }
 
+variable "build_cache" {
+  type        = string
+  default     = ""
+  description = "Build cache directory on the controller (\"\" for ~/.cache/efa-image/builds, \"off\" to compile every time)."
+}
+
 variable "lock_overlay" {
   type        = string
   default     = ""

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ def test_packer_vars_carry_labels_overlays_and_extra_vars():
     assert values["labels"] == {"org.efa-image.component.libfabric": "2.1.0"}
     assert values["lock_overlay"] == "/x/debian-sources.yml"
     assert values["mirror"] == "" and values["ansible_extra_vars"] == ["efa_build_jobs=4"]
+    assert values["build_cache"] == ""
+    assert build.packer_vars(replace(REQUEST, build_cache="off"), {})["build_cache"] == "off"
     assert json.loads(json.dumps(values)) == values
 
 
@@ -102,6 +105,21 @@ def test_role_durations_come_from_the_roles_recap():
         "common": 60.0,
     }
     assert build.role_durations("no recap here") == {}
+
+
+def test_build_cache_outcomes_come_from_the_roles_lines():
+    output = (
+        '    docker.image: \x1b[0;32m    "msg": '
+        '"build cache: libfabric de3d7e36047f7e96 hit"\x1b[0m\n'
+        '    docker.image:     "msg": "build cache: openmpi 0123456789abcdef miss"\n'
+        '    docker.image:     "msg": "build cache: nccl_tests fedcba9876543210 off"\n'
+    )
+    assert build.build_cache_outcomes(output) == {
+        "libfabric": "hit",
+        "openmpi": "miss",
+        "nccl_tests": "off",
+    }
+    assert build.build_cache_outcomes("no cache lines") == {}
 
 
 def test_owners_of_dead_builds_are_stale(monkeypatch):

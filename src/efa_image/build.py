@@ -36,6 +36,8 @@ class BuildRequest:
     mirror: str | None
     overlays: tuple[str, ...]
     extra_vars: tuple[str, ...] = ()
+    # Build cache directory (efa_image.buildcache): "" for the default, "off".
+    build_cache: str = ""
 
 
 @dataclass
@@ -52,6 +54,8 @@ class BuildResult:
     cleanup: dict[str, object] = field(default_factory=dict)
     stages: dict[str, float] = field(default_factory=dict)
     roles: dict[str, float] = field(default_factory=dict)
+    # Per compiled component: hit (taken from the build cache), miss (compiled), off.
+    build_cache: dict[str, str] = field(default_factory=dict)
     started: str = ""
 
     def to_json(self) -> str:
@@ -167,6 +171,7 @@ def packer_vars(
         "labels": labels,
         "mirror": request.mirror or "",
         "lock_overlay": ":".join(request.overlays),
+        "build_cache": request.build_cache,
         "ansible_extra_vars": list(request.extra_vars),
         "build_owner": owner,
         "cuda_home": cuda_home or CUDA_HOMES[0],
@@ -220,6 +225,14 @@ def role_durations(output: str) -> dict[str, float]:
         if (match := ROLE_TIME.match(line)) and match.group(1) != "total":
             durations[match.group(1)] = float(match.group(2))
     return durations
+
+
+CACHE_LINE = re.compile(r"build cache: ([a-z0-9_.-]+) [0-9a-f]{16} (hit|miss|off)\b")
+
+
+def build_cache_outcomes(output: str) -> dict[str, str]:
+    """Per component, what the build cache answered (the roles' `build cache:` lines)."""
+    return {m.group(1): m.group(2) for m in CACHE_LINE.finditer(ANSI.sub("", output))}
 
 
 def owner_alive(owner: str) -> bool:
@@ -360,6 +373,7 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
     with timer.step("packer build"):
         image, output = packer_build(root, var_file, manifest)
         result.roles = role_durations(output)
+        result.build_cache = build_cache_outcomes(output)
     with timer.step("verify"):
         try:
             verify_image(image, versions, result)
@@ -374,6 +388,9 @@ def build(request: BuildRequest, lock: Lock, catalog: Catalog, store: Store) -> 
     result.image_bytes = image_size(image)
     result.stages = {name: round(secs, 1) for name, secs, _ in timer.records}
     print(timer.summary())
+    if result.build_cache:
+        cached = ", ".join(f"{name} {state}" for name, state in result.build_cache.items())
+        print(f"build cache: {cached}")
     print(f"image {image}: {result.image_bytes / 1e6:.0f} MB, tagged " + ", ".join(result.tags))
     if before := result.cleanup.get("bytes_before"):
         print(f"before clean-up the same components took {int(before) / 1e6:.0f} MB (du of /)")

@@ -206,6 +206,7 @@ def cmd_build(args: argparse.Namespace) -> None:
         mirror=args.mirror or None,
         overlays=tuple(str(p.resolve()) for p in args.effective_overlays),
         extra_vars=tuple(args.extra_var or ()),
+        build_cache=args.build_cache,
     )
     result = build.build(request, loaded, catalog, store)
     if args.report:
@@ -333,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="KEY=VALUE",
         help="extra playbook variable, e.g. efa_method=source",
+    )
+    build_cmd.add_argument(
+        "--build-cache",
+        metavar="DIR",
+        default=os.environ.get("EFA_IMAGE_BUILD_CACHE", ""),
+        help="keep compiled components here and take identical ones back (env "
+        "EFA_IMAGE_BUILD_CACHE, default ~/.cache/efa-image/builds; 'off' compiles everything)",
     )
     build_cmd.add_argument(
         "--report", metavar="FILE", help="write durations (stages, roles), sizes and tags as JSON"

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from efa_image import multihost
+from efa_image import buildcache, multihost
 
 FLAVOR = os.environ.get("EFA_IMAGE_TEST_FLAVOR", "efa")
 PROFILE = os.environ.get("EFA_IMAGE_TEST_PROFILE", "portable")
@@ -69,9 +69,12 @@ def read_lines(stream, lines: queue.Queue[str | None]) -> None:
 
 
 def test_build_killed_during_a_compile_then_rebuilt(tmp_path_factory):
-    """SIGKILL to the whole build (efa-image, packer, ansible) while libfabric compiles."""
+    """SIGKILL to the whole build (efa-image, packer, ansible) while libfabric compiles.
+
+    Without the build cache: an earlier stage may have cached libfabric already.
+    """
     proc = subprocess.Popen(
-        build_argv(),
+        build_argv("--build-cache", "off"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -125,6 +128,16 @@ def test_report_has_stage_and_role_durations_and_sizes(built):
     # The toolchain and build trees were there before the clean-up and are gone.
     assert built["cleanup"]["bytes_before"] > built["cleanup"]["bytes_after"] + 100_000_000
     assert "gcc" in " ".join(built["cleanup"]["removed_packages"])
+
+
+def test_compiled_components_went_through_the_build_cache(built):
+    """Taken from the cache (filled by an earlier stage or build) or compiled and stored."""
+    assert built["build_cache"].keys() >= {"libfabric", "openmpi"}
+    cache = buildcache.cache_dir()
+    assert cache is not None
+    for component, state in built["build_cache"].items():
+        assert state in {"hit", "miss"}, built["build_cache"]
+        assert list(cache.glob(f"{component}-*.tar.gz")), f"no {component} entry in {cache}"
 
 
 def test_image_holds_no_toolchain_build_tree_or_apt_lists(built):

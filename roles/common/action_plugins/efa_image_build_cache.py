@@ -1,0 +1,68 @@
+"""Action `efa_image_build_cache`: the build cache on the controller (efa_image.buildcache).
+
+Look up (no `store`): computes the key from the inputs and the target's OS
+release and dpkg list, and returns {enabled, key, hit, path}: path is the
+controller's archive on a hit.
+Store (`store: REMOTE_ARCHIVE`, `key: KEY`): fetches the archive from the target
+into the cache, atomically.
+Runs on the controller whatever connection the play uses (Packer and molecule
+set ansible_connection for every host, so delegate_to cannot reach it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from efa_image import buildcache
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = True
+    _VALID_ARGS = frozenset(
+        ("component", "inputs", "os_release", "packages", "cache", "store", "key")
+    )
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        component = str(args.get("component", ""))
+        directory = buildcache.cache_dir(str(args.get("cache") or ""))
+        try:
+            if args.get("store"):
+                remote, digest = str(args["store"]), str(args.get("key", ""))
+                return result | self._store(directory, component, remote, digest)
+            digest = buildcache.key(
+                component,
+                args.get("inputs") or {},
+                str(args.get("os_release", "")),
+                str(args.get("packages", "")),
+            )
+        except (buildcache.BuildCacheError, OSError) as exc:
+            raise AnsibleActionFail(str(exc)) from exc
+        found = buildcache.lookup(directory, component, digest) if directory else None
+        return result | {
+            "changed": False,
+            "enabled": directory is not None,
+            "key": digest,
+            "hit": found is not None,
+            "path": str(found or ""),
+            "directory": str(directory or ""),
+        }
+
+    def _store(
+        self, directory: Path | None, component: str, remote: str, digest: str
+    ) -> dict[str, Any]:
+        if directory is None:
+            return {"changed": False, "skipped_reason": "build cache off"}
+        if len(digest) != 64:
+            raise AnsibleActionFail("efa_image_build_cache: store needs the look-up's key")
+
+        def fetch(local: Path) -> None:
+            self._connection.fetch_file(remote, str(local))
+
+        path = buildcache.store(directory, component, digest, fetch)
+        return {"changed": True, "path": str(path), "key": digest}

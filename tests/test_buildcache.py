@@ -1,0 +1,106 @@
+"""The build cache's key, look-up and store (efa_image.buildcache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from efa_image import buildcache
+
+OS = 'ID=debian\nVERSION_ID="13"\namd64\n'
+DPKG = (
+    "gcc-14=14.2.0-19\nlibc6-dev:amd64=2.41-12\nlibibverbs-dev:amd64=56.1-1\n"
+    "make=4.4.1-2\ncurl=8.14.1-2\npython3=3.13.5-1\n"
+)
+INPUTS = {"version": "5.0.7", "sha256": "ab" * 32, "configure": ["--prefix=/opt/x"]}
+
+
+def test_key_covers_compilers_and_dev_packages_only():
+    assert buildcache.toolchain_packages(DPKG) == [
+        "gcc-14=14.2.0-19",
+        "libc6-dev:amd64=2.41-12",
+        "libibverbs-dev:amd64=56.1-1",
+    ]
+    # A runtime package or tool that no configure detects leaves the key alone.
+    unrelated = DPKG.replace("curl=8.14.1-2", "curl=8.15.0-1") + "openssh-server=1:10.0p1-7\n"
+    assert buildcache.key("openmpi", INPUTS, OS, unrelated) == buildcache.key(
+        "openmpi", INPUTS, OS, DPKG
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"component": "libfabric"},
+        {"inputs": {**INPUTS, "sha256": "cd" * 32}},
+        {"inputs": {**INPUTS, "configure": ["--prefix=/opt/x", "--with-cuda=/usr/local/cuda"]}},
+        {"inputs": {**INPUTS, "libfabric": "ef" * 32}},
+        {"os_release": OS.replace('"13"', '"12"')},
+        {"os_release": OS.replace("amd64", "arm64")},
+        {"packages": DPKG.replace("gcc-14=14.2.0-19", "gcc-14=14.2.0-20")},
+        {"packages": DPKG + "libhwloc-dev:amd64=2.12.0-4\n"},
+    ],
+    ids=["component", "archive", "options", "dependency", "release", "arch", "compiler", "new-dev"],
+)
+def test_every_input_that_decides_the_build_changes_the_key(change):
+    args = {"component": "openmpi", "inputs": INPUTS, "os_release": OS, "packages": DPKG}
+    assert buildcache.key(**(args | change)) != buildcache.key(**args)
+
+
+def test_key_ignores_the_order_of_inputs_and_packages():
+    shuffled = "\n".join(reversed(DPKG.splitlines()))
+    reordered = dict(reversed(list(INPUTS.items())))
+    assert buildcache.key("openmpi", reordered, OS, shuffled) == buildcache.key(
+        "openmpi", INPUTS, OS, DPKG
+    )
+
+
+def test_bad_component_name_is_refused():
+    with pytest.raises(buildcache.BuildCacheError, match="component"):
+        buildcache.key("../x", INPUTS, OS, DPKG)
+
+
+def test_store_then_lookup(tmp_path: Path):
+    digest = buildcache.key("openmpi", INPUTS, OS, DPKG)
+    assert buildcache.lookup(tmp_path, "openmpi", digest) is None
+    path = buildcache.store(tmp_path, "openmpi", digest, lambda p: p.write_bytes(b"tree"))
+    assert path == tmp_path / f"openmpi-{digest}.tar.gz"
+    assert buildcache.lookup(tmp_path, "openmpi", digest) == path
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".sha256"]
+
+
+def test_a_damaged_entry_is_a_miss_and_is_removed(tmp_path: Path):
+    path = buildcache.store(tmp_path, "libfabric", "0" * 64, lambda p: p.write_bytes(b"tree"))
+    path.write_bytes(b"truncated")
+    assert buildcache.lookup(tmp_path, "libfabric", "0" * 64) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_entry_without_its_checksum_is_a_miss(tmp_path: Path):
+    (tmp_path / f"libfabric-{'0' * 64}.tar.gz").write_bytes(b"tree")
+    assert buildcache.lookup(tmp_path, "libfabric", "0" * 64) is None
+
+
+def test_a_failed_store_leaves_nothing(tmp_path: Path):
+    def interrupted(partial: Path) -> None:
+        partial.write_bytes(b"half")
+        raise OSError("connection lost")
+
+    with pytest.raises(OSError, match="connection lost"):
+        buildcache.store(tmp_path, "openmpi", "1" * 64, interrupted)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(buildcache.BuildCacheError, match="no archive"):
+        buildcache.store(tmp_path, "openmpi", "1" * 64, lambda p: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cache_dir_setting_environment_default_and_off(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path / "artifacts"))
+    monkeypatch.delenv(buildcache.ENV, raising=False)
+    assert buildcache.cache_dir() == tmp_path / "artifacts" / "builds"
+    monkeypatch.setenv(buildcache.ENV, str(tmp_path / "env"))
+    assert buildcache.cache_dir() == tmp_path / "env"
+    assert buildcache.cache_dir(str(tmp_path / "set")) == tmp_path / "set"
+    monkeypatch.setenv(buildcache.ENV, "off")
+    assert buildcache.cache_dir() is None
