@@ -2,9 +2,10 @@
 
 A role that compiles (libfabric, Open MPI, NCCL, aws-ofi-nccl, nccl-tests) asks
 for an entry before it compiles. The key is the sha256 of everything that
-decides the result: the component, its archive's sha256, its build options, the
-records of what it links against, the target's OS release and architecture, and
-the versions of the compilers and every -dev package installed on the target.
+decides the result: the component, its archive's sha256, its build options,
+the checksums of the libraries it links against, the target's OS release and
+architecture, and the versions of the compilers and every -dev package
+installed on the target.
 Any change there is a different key, so an entry is only ever taken for a build
 that would have produced the same tree.
 
