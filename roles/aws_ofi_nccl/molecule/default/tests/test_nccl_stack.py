@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from efa_image import lock
+from efa_image.paths import project_root
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = project_root()
 OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
 LOCK = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS)
 PLUGIN = "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so"

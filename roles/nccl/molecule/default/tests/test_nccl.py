@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from efa_image import lock
+from efa_image.paths import project_root
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = project_root()
 OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
 WHEEL = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("nccl_wheel")
 PACKAGE_VERSION = "2.22.3"

@@ -4,8 +4,9 @@ import os
 from pathlib import Path
 
 from efa_image import lock, verify
+from efa_image.paths import project_root
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = project_root()
 OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
 INSTALLER = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("efa_installer")
 

@@ -6,8 +6,9 @@ import re
 from pathlib import Path
 
 from efa_image import lock
+from efa_image.paths import project_root
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = project_root()
 OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
 NCCL = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("nccl")
 VERSION = NCCL.version.split("-")[0]
