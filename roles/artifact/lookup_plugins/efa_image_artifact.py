@@ -8,6 +8,13 @@ urls are the lock's (upstream) URLs, sources where this build takes the file fro
 (the mirror, when one is set), path the verified file in the controller's cache.
 It uses the same code as `efa-image fetch` (the efa_image package in Ansible's
 Python environment).
+
+Relative overlay paths name files under the project's playbooks/ directory (as
+a profile's lock_overlay in flavors.yml does), whatever the playbook's own
+directory (molecule scenarios, Packer, ansible-playbook from anywhere). An
+overlay named twice (the profile's, and again in EFA_IMAGE_LOCK_OVERLAY, as
+`efa-image build` passes it) is applied once, at its last place: overlays
+replace fields, so that is what applying every one in order gives.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ options:
     type: dict
     required: true
   overlays:
-    description: Files holding efa_image_artifacts_overlay.
+    description:
+      - Files holding efa_image_artifacts_overlay, applied in order.
+      - Relative paths are relative to the project's playbooks/ directory.
     type: list
     default: []
   mirror:
@@ -55,6 +64,26 @@ options:
 """
 
 
+# roles/artifact/lookup_plugins/ -> the checkout's playbooks/.
+PLAYBOOKS = Path(__file__).resolve().parents[3] / "playbooks"
+
+
+def playbooks_dir() -> Path:
+    """The project's playbooks/: beside these roles, else the efa_image package's checkout."""
+    if PLAYBOOKS.is_dir():
+        return PLAYBOOKS
+    from efa_image.paths import project_root
+
+    return project_root() / "playbooks"
+
+
+def overlay_paths(overlays: list[str]) -> list[Path]:
+    """Absolute paths, each once (at its last place), relative ones under playbooks/."""
+    base = playbooks_dir()
+    resolved = [(base / Path(p).expanduser()).resolve() for p in overlays if str(p).strip()]
+    return [path for i, path in enumerate(resolved) if path not in resolved[i + 1 :]]
+
+
 class LookupModule(LookupBase):
     def run(self, terms: list[str], variables: Any = None, **kwargs: Any) -> list[dict[str, Any]]:
         self.set_options(var_options=variables, direct=kwargs)
@@ -68,7 +97,7 @@ class LookupModule(LookupBase):
         try:
             parsed = lock.parse_entries(
                 self.get_option("lock"),
-                [Path(p) for p in self.get_option("overlays")],
+                overlay_paths(self.get_option("overlays")),
                 "group_vars",
             )
             store = artifacts.Store(
