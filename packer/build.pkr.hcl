@@ -8,13 +8,20 @@ locals {
     "EFA_IMAGE_LOCK_OVERLAY=${var.lock_overlay}",
     "EFA_IMAGE_BUILD_CACHE=${var.build_cache}",
   ]
+  # The project's virtualenv (make setup) holds Ansible and the efa_image
+  # package its plugins import: packer build needs no activated virtualenv.
+  venv_ansible_playbook = "${path.root}/../.venv/bin/ansible-playbook"
+  ansible_playbook = var.ansible_playbook != "" ? var.ansible_playbook : (
+    fileexists(local.venv_ansible_playbook) ? abspath(local.venv_ansible_playbook) : "ansible-playbook"
+  )
 }
 
 build {
-  description = "One playbook per flavour, for Docker images (container mode) and AMIs (host mode)."
+  description = "One playbook per flavour, for Docker images (container mode, -only=docker.image) and AMIs (host mode, -only=amazon-ebs.ami; AWS credentials needed). Name one source with -only: without it, a machine without AWS credentials fails the amazon-ebs build."
   sources     = ["source.docker.image", "source.amazon-ebs.ami"]
 
   provisioner "ansible" {
+    command          = local.ansible_playbook
     playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
     ansible_env_vars = local.ansible_env_vars
     # Extra variables outrank the inventory Packer writes for its SSH proxy:
@@ -28,6 +35,7 @@ build {
   }
 
   provisioner "ansible" {
+    command          = local.ansible_playbook
     playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
     ansible_env_vars = local.ansible_env_vars
     extra_arguments = concat(

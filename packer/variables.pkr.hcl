@@ -1,6 +1,20 @@
 # Every input of the image builds, in one place. Runs on Debian's Packer 1.6.6
 # (docker and amazon builders and the ansible provisioner built in) and on
 # current Packer with those plugins installed.
+#
+# Build one source at a time, naming it with -only:
+#   cd packer && packer build -only=docker.image -var flavor=efa-reduced -var profile=portable .
+#   cd packer && packer build -only=amazon-ebs.ami -var profile=aws .   (AWS credentials)
+# Without -only Packer builds both sources; on a machine without AWS credentials
+# the amazon-ebs one fails ("NoCredentialProviders") and Packer exits 1 even when
+# the Docker image was committed. Packer 1.6.6 cannot choose sources from a
+# variable (a build's sources must be static), so the flag it is.
+#
+# The profile means what it means to `efa-image build` and to ansible-playbook:
+# the playbooks apply its methods and its lock overlay (group_vars/all/profile.yml).
+# mirror, build_cache and lock_overlay default to the environment variables the
+# efa-image CLI and the roles read (EFA_IMAGE_MIRROR, EFA_IMAGE_BUILD_CACHE,
+# EFA_IMAGE_LOCK_OVERLAY); EFA_IMAGE_CACHE reaches Ansible unchanged.
 
 variable "flavor" {
   type        = string
@@ -72,20 +86,26 @@ variable "labels" {
 
 variable "mirror" {
   type        = string
-  default     = ""
-  description = "Artifact mirror directory or URL on the controller; when set, the only source."
+  default     = env("EFA_IMAGE_MIRROR")
+  description = "Artifact mirror directory or URL on the controller; when set, the only source (default: EFA_IMAGE_MIRROR)."
 }
 
 variable "build_cache" {
   type        = string
-  default     = ""
-  description = "Build cache directory on the controller (\"\" for ~/.cache/efa-image/builds, \"off\" to compile every time)."
+  default     = env("EFA_IMAGE_BUILD_CACHE")
+  description = "Build cache directory on the controller (default: EFA_IMAGE_BUILD_CACHE; \"\" for ~/.cache/efa-image/builds, \"off\" to compile every time)."
 }
 
 variable "lock_overlay" {
   type        = string
+  default     = env("EFA_IMAGE_LOCK_OVERLAY")
+  description = "Colon-separated lock overlay files applied after the profile's own (default: EFA_IMAGE_LOCK_OVERLAY); relative paths are under playbooks/."
+}
+
+variable "ansible_playbook" {
+  type        = string
   default     = ""
-  description = "Colon-separated lock overlay files (EFA_IMAGE_LOCK_OVERLAY)."
+  description = "ansible-playbook to run (\"\": the project's .venv/bin/ansible-playbook when make setup made it, else the one on PATH); it needs the efa_image package, so the project's virtualenv."
 }
 
 variable "ansible_extra_vars" {
