@@ -157,7 +157,7 @@ def test_compatibility_facts_follow_methods_and_base_cuda():
 
 
 def test_incompatible_versions_stop_the_build_with_reason_and_fix():
-    facts = {"efa_method": "installer", "efa_installer": "1.28.0", "nccl": "2.30.4"}
+    facts = {"efa_method": "efa_installer", "efa_installer": "1.28.0", "nccl": "2.30.4"}
     with pytest.raises(EfaImageError, match="nothing was built") as info:
         build.check_compatibility(facts)
     assert "efa_installer" in str(info.value) and "aws-ofi-nccl/issues/584" in str(info.value)

@@ -11,7 +11,7 @@ GOOD = {
     "nccl_cuda_major": "12",
     "base_cuda_major": "12",
     "torch_nccl": "2.30.1",
-    "efa_method": "installer",
+    "efa_method": "efa_installer",
 }
 RULES = compat.load_rules()
 IDS = {rule.id for rule in RULES}
@@ -74,7 +74,7 @@ def test_nccl_2_19_needs_libfabric_with_source_method():
     result = run(efa_method="source", libfabric="1.19.0", aws_ofi_nccl=None)
     assert violated(result) == [rule]
     assert "needs libfabric >= 1.19.1 (have 1.19.0)" in result.violations[0].message
-    assert "efa_method is installer" in skipped(run(libfabric="1.19.0"))[rule]
+    assert "efa_method is efa_installer" in skipped(run(libfabric="1.19.0"))[rule]
     assert "no efa_method fact" in skipped(run(efa_method=None))[rule]
 
 

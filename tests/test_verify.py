@@ -118,3 +118,18 @@ def test_perf_without_a_gpu_fails_and_says_why():
     report = verify.Report("no-device", "test")
     assert verify.verify_perf(fake({}), report, "p5.48xlarge") is None
     assert not report.ok and "needs a GPU host" in report.findings[0].detail
+
+
+def test_installer_images_old_and_new_method_names_give_the_same_facts():
+    for method in ("efa_installer", "installer"):  # "installer": images before the rename
+        components = [
+            {"name": "efa", "method": method, "version": "1.28.0"},
+            {"name": "nccl", "method": "source", "version": "2.30.4"},
+        ]
+        manifest = json.dumps({"components": components})
+        run = fake({"cat /opt/efa-image/manifest.json": (0, manifest, "")})
+        facts = verify.image_facts(run)
+        assert facts["efa_method"] == "efa_installer" and facts["efa_installer"] == "1.28.0"
+        report = verify.Report("no-device", "test")
+        result = verify.verify_compat(run, report)
+        assert [v.rule for v in result.violations] == ["nccl-2.19-needs-efa-installer-1.29"]

@@ -7,10 +7,10 @@ from version facts before any build and again by verification.
 
 Rules live in data/compatibility.yml. Each has an id, reason, fix, reference,
 optional `when` (facts that make it apply) and `require` (what must then hold).
-A constraint is `installer` (plain string equality) or one or more comma-separated
-`OP VERSION` with OP in >= <= > < == !=; VERSION may name another fact as `{fact}`
-or its first N components as `{fact:N}`. `==`/`!=` compare only as many components
-as the right-hand side has, so `== 2.21` matches 2.21.5.
+A constraint is a word such as `source` (string equality) or one or more
+comma-separated `OP VERSION` with OP in >= <= > < == !=; VERSION may name another
+fact as `{fact}` or its first N components as `{fact:N}`. `==`/`!=` compare only as
+many components as the right-hand side has, so `== 2.21` matches 2.21.5.
 """
 
 from __future__ import annotations

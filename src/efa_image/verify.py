@@ -140,6 +140,10 @@ TORCH_NCCL = (
 )
 
 
+# Manifests of images built before the efa role's method was renamed name the old word.
+RENAMED_METHODS = {"installer": "efa_installer"}
+
+
 def image_facts(run: Run) -> dict[str, str]:
     """Versions for the compatibility rules from the image manifest (and PyTorch, if any)."""
     listing = run("cat /opt/efa-image/manifest.json")
@@ -147,8 +151,9 @@ def image_facts(run: Run) -> dict[str, str]:
     components = {c["name"]: c for c in manifest.get("components", [])}
     facts: dict[str, str] = {}
     if efa := components.get("efa"):
-        facts["efa_method"] = str(efa.get("method", ""))
-        key = "libfabric" if efa.get("method") == "source" else "efa_installer"
+        method = str(efa.get("method", ""))
+        facts["efa_method"] = RENAMED_METHODS.get(method, method)
+        key = "libfabric" if method == "source" else "efa_installer"
         facts[key] = str(efa.get("version", ""))
     for name in ("nccl", "aws_ofi_nccl"):
         if name in components:
