@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import build
+from efa_image import build, compat_facts, images, packer
 from efa_image.errors import EfaImageError
 
 REQUEST = build.BuildRequest(
@@ -26,12 +26,12 @@ def test_tags_name_flavour_profile_and_versions():
 
 
 def test_packer_vars_carry_labels_overlays_and_extra_vars():
-    values = build.packer_vars(REQUEST, {"libfabric": "2.1.0"})
+    values = packer.packer_vars(REQUEST, {"libfabric": "2.1.0"})
     assert values["labels"] == {"org.efa-image.component.libfabric": "2.1.0"}
     assert values["lock_overlay"] == "/x/debian-sources.yml"
     assert values["mirror"] == "" and values["ansible_extra_vars"] == ["efa_build_jobs=4"]
     assert values["build_cache"] == ""
-    assert build.packer_vars(replace(REQUEST, build_cache="off"), {})["build_cache"] == "off"
+    assert packer.packer_vars(replace(REQUEST, build_cache="off"), {})["build_cache"] == "off"
     assert json.loads(json.dumps(values)) == values
 
 
@@ -48,22 +48,22 @@ def test_built_image_comes_from_the_last_run_only(tmp_path):
             }
         )
     )
-    assert build.built_image_id(manifest) == "sha256:new"
+    assert packer.built_image_id(manifest) == "sha256:new"
     manifest.write_text(json.dumps({"builds": [], "last_run_uuid": "c"}))
     with pytest.raises(EfaImageError, match="names no docker image of the last run"):
-        build.built_image_id(manifest)
+        packer.built_image_id(manifest)
     with pytest.raises(EfaImageError, match="packer wrote no manifest"):
-        build.built_image_id(tmp_path / "missing.json")
+        packer.built_image_id(tmp_path / "missing.json")
 
 
 def test_ansible_failure_is_found_in_packer_output():
     """Output captured from a failed `packer build` (a role task failing)."""
     output = (Path(__file__).parent / "data/packer-ansible-failure.txt").read_text()
-    failure = build.ansible_failure(output)
+    failure = packer.ansible_failure(output)
     assert failure.splitlines()[0].startswith("TASK [openmpi : Assert the OFI MTL")
     assert failure.splitlines()[-1].startswith("fatal: [default]: FAILED!")
     assert "\x1b[" not in failure and "docker.image:" not in failure
-    assert build.ansible_failure("==> docker.image: Killing the container\n") is None
+    assert packer.ansible_failure("==> docker.image: Killing the container\n") is None
 
 
 def test_image_env_must_match_what_the_roles_describe():
@@ -72,17 +72,17 @@ def test_image_env_must_match_what_the_roles_describe():
         {"path": ["/opt/amazon/openmpi/bin"], "env": {}},
     ]
     good = ["PATH=/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:/usr/bin", "RDMAV_FORK_SAFE=1"]
-    assert build.env_mismatches(good, described) == []
+    assert images.env_mismatches(good, described) == []
     bad = ["PATH=/opt/amazon/efa/bin:$PATH"]
-    assert set(build.env_mismatches(bad, described)) == {
+    assert set(images.env_mismatches(bad, described)) == {
         "RDMAV_FORK_SAFE=(unset), the roles set 1",
         "PATH lacks /opt/amazon/openmpi/bin",
     }
 
 
 def test_concatenated_json_files_split():
-    assert build.split_json('{"a": 1}\n{"b": [2]}\n') == ['{"a": 1}', '{"b": [2]}']
-    assert build.split_json("") == []
+    assert images.split_json('{"a": 1}\n{"b": [2]}\n') == ['{"a": 1}', '{"b": [2]}']
+    assert images.split_json("") == []
 
 
 PROFILE_ROLES_OUTPUT = """\
@@ -99,12 +99,12 @@ PROFILE_ROLES_OUTPUT = """\
 
 
 def test_role_durations_come_from_the_roles_recap():
-    assert build.role_durations(PROFILE_ROLES_OUTPUT) == {
+    assert packer.role_durations(PROFILE_ROLES_OUTPUT) == {
         "openmpi": 540.25,
         "efa": 75.10,
         "common": 60.0,
     }
-    assert build.role_durations("no recap here") == {}
+    assert packer.role_durations("no recap here") == {}
 
 
 def test_build_cache_outcomes_come_from_the_roles_lines():
@@ -114,19 +114,19 @@ def test_build_cache_outcomes_come_from_the_roles_lines():
         '    docker.image:     "msg": "build cache: openmpi 0123456789abcdef miss"\n'
         '    docker.image:     "msg": "build cache: nccl_tests fedcba9876543210 off"\n'
     )
-    assert build.build_cache_outcomes(output) == {
+    assert packer.build_cache_outcomes(output) == {
         "libfabric": "hit",
         "openmpi": "miss",
         "nccl_tests": "off",
     }
-    assert build.build_cache_outcomes("no cache lines") == {}
+    assert packer.build_cache_outcomes("no cache lines") == {}
 
 
 def test_owners_of_dead_builds_are_stale(monkeypatch):
-    assert build.owner_alive(f"pid:{__import__('os').getpid()}")
-    assert not build.owner_alive("pid:999999999")
+    assert images.owner_alive(f"pid:{__import__('os').getpid()}")
+    assert not images.owner_alive("pid:999999999")
     # Containers labelled by hand (packer build without efa-image) are never removed.
-    assert build.owner_alive("manual")
+    assert images.owner_alive("manual")
 
 
 def artifact(name, version, filename="x.tar.gz"):
@@ -143,8 +143,8 @@ def test_compatibility_facts_follow_methods_and_base_cuda():
         artifact("nccl_wheel", "2.30.4", "nvidia_nccl_cu12-2.30.4-py3-none-any.whl"),
         artifact("aws_ofi_nccl", "1.19.0"),
     ]
-    facts = build.compat_facts(
-        needed, ["efa", "nccl", "aws_ofi_nccl"], {"efa": "source"}, build.BaseCuda("/c", "12.4")
+    facts = compat_facts.compat_facts(
+        needed, ["efa", "nccl", "aws_ofi_nccl"], {"efa": "source"}, images.BaseCuda("/c", "12.4")
     )
     assert facts == {
         "efa_method": "source",
@@ -159,16 +159,18 @@ def test_compatibility_facts_follow_methods_and_base_cuda():
 def test_incompatible_versions_stop_the_build_with_reason_and_fix():
     facts = {"efa_method": "efa_installer", "efa_installer": "1.28.0", "nccl": "2.30.4"}
     with pytest.raises(EfaImageError, match="nothing was built") as info:
-        build.check_compatibility(facts)
+        compat_facts.check_compatibility(facts)
     assert "efa_installer" in str(info.value) and "aws-ofi-nccl/issues/584" in str(info.value)
     wrong_cuda = {"efa_method": "source", "nccl_cuda_major": "13", "base_cuda_major": "12"}
     with pytest.raises(EfaImageError, match="nccl_cuda_major"):
-        build.check_compatibility(wrong_cuda)
-    assert build.check_compatibility({"efa_method": "source", "libfabric": "2.1.0"}).ok
+        compat_facts.check_compatibility(wrong_cuda)
+    assert compat_facts.check_compatibility({"efa_method": "source", "libfabric": "2.1.0"}).ok
 
 
 def test_packer_vars_name_the_owner_and_cuda_home():
-    values = build.packer_vars(REQUEST, {}, owner="pid:1", cuda_home="/usr/lib/nvidia-cuda-toolkit")
+    values = packer.packer_vars(
+        REQUEST, {}, owner="pid:1", cuda_home="/usr/lib/nvidia-cuda-toolkit"
+    )
     assert values["build_owner"] == "pid:1"
     assert values["cuda_home"] == "/usr/lib/nvidia-cuda-toolkit"
-    assert build.packer_vars(REQUEST, {})["cuda_home"] == "/usr/local/cuda"
+    assert packer.packer_vars(REQUEST, {})["cuda_home"] == "/usr/local/cuda"

@@ -216,6 +216,12 @@ class Store:
                 return cached
             return self._fetch(artifact)
 
+    def get_checked(self, check: Check) -> Path:
+        """Like get after a pre-flight: a file it just verified in the cache is not hashed again."""
+        if check.where == "cache":
+            return self.cached_path(check.artifact)
+        return self.get(check.artifact)
+
     def _fetch(self, artifact: Artifact) -> Path:
         failures = []
         for url in self.sources(artifact):
@@ -284,31 +290,3 @@ class Store:
             return []
         with ThreadPoolExecutor(max_workers=min(8, len(artifacts))) as pool:
             return list(pool.map(self.check, artifacts))
-
-
-def preflight_report(
-    checks: list[Check], mirror: str | None, other_profile: str | None, hint: str = ""
-) -> str:
-    """One message naming every artifact that a build could not get, and the remedies."""
-    bad = [check for check in checks if not check.ok]
-    lines = [f"{len(bad)} of {len(checks)} artifacts cannot be had:"]
-    for check in bad:
-        lines.append(
-            f"  {check.artifact.name} {check.artifact.version} ({check.artifact.filename})"
-        )
-        lines.append(f"      {check.detail}")
-    if mirror:
-        lines.append(f"Put the files into the mirror {mirror} (layout: NAME/VERSION/FILENAME).")
-    else:
-        lines.append(
-            "Remedy: build from a mirror that holds them (--mirror DIR|URL or EFA_IMAGE_MIRROR; "
-            "`efa-image mirror create DIR` makes one where the sources are reachable)."
-        )
-    if other_profile:
-        lines.append(
-            f"Or choose the {other_profile} profile (PROFILE={other_profile}), which builds "
-            "from the upstream archives Debian's source pool serves, PyPI and distro packages."
-        )
-    if hint:
-        lines.append(hint)
-    return "\n".join(lines)

@@ -7,12 +7,10 @@ hands everything else to them.
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,9 +20,7 @@ from efa_image.errors import EfaImageError
 from efa_image.timing import StepTimer
 
 if TYPE_CHECKING:  # these need PyYAML, which `setup` runs without
-    from efa_image.artifacts import Check, Store
-    from efa_image.flavors import Catalog
-    from efa_image.lock import Artifact, Lock
+    from efa_image.context import Context, Selection
 
 WORKFLOW = """\
 workflow:
@@ -71,144 +67,92 @@ def cmd_base(args: argparse.Namespace) -> None:
     print(timer.summary())
 
 
-def _artifact_context(args: argparse.Namespace) -> tuple[Lock, Store, Catalog]:
-    from efa_image import artifacts, flavors, lock
+def _context(args: argparse.Namespace, allow_unpinned: bool = False) -> Context:
+    """The lock, store and catalog the options name (see efa_image.context)."""
+    from efa_image import artifacts, context
 
-    catalog = flavors.load_catalog()
-    overlays = [Path(p) for p in args.lock_overlay]
-    profile_overlay = _profile_overlay(args, catalog)
-    if profile_overlay and profile_overlay not in overlays:
-        overlays.insert(0, profile_overlay)
-    args.effective_overlays = overlays
-    loaded = lock.load(Path(args.lock) if args.lock else None, overlays)
     store = artifacts.Store(
         cache_dir=Path(args.cache) if args.cache else None,
         mirror=args.mirror or None,
-        allow_unpinned=getattr(args, "allow_unpinned", False),
+        allow_unpinned=allow_unpinned or getattr(args, "allow_unpinned", False),
         timeout=args.timeout,
     )
-    return loaded, store, catalog
+    # Selection by name alone, and the lock subcommands, use no profile's overlay.
+    by_name = getattr(args, "name", None) and not getattr(args, "profile", None)
+    profile = None if by_name or not hasattr(args, "profile") else args.profile or ""
+    lock_file = Path(args.lock) if args.lock else None
+    overlays = [Path(p) for p in args.lock_overlay]
+    return context.load(lock_file, overlays, profile, store)
 
 
-def _profile_overlay(args: argparse.Namespace, catalog: Catalog) -> Path | None:
-    """A profile may build from a lock overlay (portable: Debian's source pool)."""
-    if getattr(args, "name", None) and not getattr(args, "profile", None):
-        return None
-    if not hasattr(args, "profile"):
-        return None
-    return catalog.overlay(args.profile or catalog.default_profile)
-
-
-def _selected(
-    args: argparse.Namespace, loaded: Lock, catalog: Catalog, everything: bool
-) -> list[Artifact]:
-    if args.name:
-        return loaded.select(args.name)
-    if everything and not args.flavor:
-        return list(loaded.artifacts.values())
-    flavor = args.flavor or catalog.default_flavor
-    profile = args.profile or catalog.default_profile
-    print(f"flavour {flavor}, profile {profile}", flush=True)
-    return catalog.needed(loaded, flavor, profile)
-
-
-def _preflight(
-    store: Store, selected: list[Artifact], other_profile: str | None = None
-) -> list[Check]:
-    from efa_image.artifacts import preflight_report
-
-    start = time.monotonic()
-    checks = store.preflight(selected)
-    for check in checks:
-        mark = "ok " if check.ok else "BAD"
-        print(f"  {mark} {check.artifact.name:28} {check.artifact.version:12} {check.detail}")
-    print(f"pre-flight: {len(checks)} artifacts checked in {time.monotonic() - start:.1f}s")
-    if any(not check.ok for check in checks):
-        raise EfaImageError(preflight_report(checks, store.mirror, other_profile))
-    return checks
+def _select(args: argparse.Namespace, context: Context, everything: bool) -> Selection:
+    selection = context.select(args.name, args.flavor, args.profile, everything)
+    if selection.flavor:
+        print(f"flavour {selection.flavor}, profile {selection.profile}", flush=True)
+    return selection
 
 
 def cmd_fetch(args: argparse.Namespace) -> None:
-    loaded, store, catalog = _artifact_context(args)
-    selected = _selected(args, loaded, catalog, everything=False)
-    profile = args.profile or catalog.default_profile
-    other = "portable" if profile != "portable" and not args.name else None
-    checks = _preflight(store, selected, other)
+    from efa_image import preflight
+
+    context = _context(args)
+    checks = preflight.run(context, _select(args, context, everything=False))
     if args.check:
         return
     for check in checks:
         start = time.monotonic()
-        # The pre-flight has just verified cached files; only the rest is fetched.
-        path = store.cached_path(check.artifact) if check.where == "cache" else None
-        path = path or store.get(check.artifact)
+        path = context.store.get_checked(check)
         print(f"  {check.artifact.name:28} {path}  ({time.monotonic() - start:.1f}s)", flush=True)
 
 
 def cmd_mirror_create(args: argparse.Namespace) -> None:
-    from efa_image import mirror
+    from efa_image import mirror, preflight
 
-    loaded, store, catalog = _artifact_context(args)
-    selected = _selected(args, loaded, catalog, everything=True)
-    _preflight(store, selected)
+    context = _context(args)
+    selection = _select(args, context, everything=True)
+    preflight.run(context, selection, suggest=False)
     root = Path(args.directory)
-    for artifact in selected:
-        print(f"  {artifact.mirror_path()}: {mirror.place(store, artifact, root)}", flush=True)
-    mirror.write_index(root, selected)
-    print(f"mirror {root}: {len(selected)} artifacts, index.json and SHA256SUMS written")
+    mirror.create(context.store, selection.artifacts, root)
+    count = len(selection.artifacts)
+    print(f"mirror {root}: {count} artifacts, index.json and SHA256SUMS written")
 
 
 def cmd_lock_list(args: argparse.Namespace) -> None:
-    loaded, store, _ = _artifact_context(args)
-    for artifact in loaded.artifacts.values():
+    context = _context(args)
+    for artifact in context.lock.artifacts.values():
         pin = artifact.sha256[:12] if artifact.sha256 else "UNPINNED"
-        source = store.sources(artifact)[0]
+        source = context.store.sources(artifact)[0]
         print(f"{artifact.name:28} {artifact.version:12} {artifact.role:14} {pin:12} {source}")
 
 
 def cmd_lock_update(args: argparse.Namespace) -> None:
-    from efa_image import artifacts, lock
+    from efa_image import pin
 
-    args.allow_unpinned = True
-    loaded, store, _ = _artifact_context(args)
-    artifact = loaded.get(args.name)
-    # Downloaded without an expected sha256: this is where the pin comes from.
-    path = store.get(replace(artifact, sha256=None))
-    digest = artifacts.sha256_of(path)
-    pinned = store.cached_path(replace(artifact, sha256=digest))
-    pinned.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(path, pinned)
-    if digest == artifact.sha256:
-        print(f"{artifact.name} {artifact.version}: sha256 {digest} already pinned")
-        return
-    old = loaded.path.read_text()
-    new = lock.set_sha256(old, artifact.name, digest)
-    loaded.path.write_text(new)
-    sys.stdout.writelines(
-        difflib.unified_diff(
-            old.splitlines(keepends=True),
-            new.splitlines(keepends=True),
-            str(loaded.path),
-            str(loaded.path),
-        )
-    )
+    context = _context(args, allow_unpinned=True)
+    pinned = pin.pin(context.lock, context.store, args.name)
+    if not pinned.diff:
+        print(f"{pinned.name} {pinned.version}: sha256 {pinned.sha256} already pinned")
+    sys.stdout.write(pinned.diff)
 
 
 def cmd_build(args: argparse.Namespace) -> None:
     from efa_image import build
 
-    loaded, store, catalog = _artifact_context(args)
+    context = _context(args)
     ensure_docker()
+    catalog = context.catalog
+    flavor = args.flavor or catalog.default_flavor
     request = build.BuildRequest(
-        flavor=args.flavor or catalog.default_flavor,
+        flavor=flavor,
         profile=args.profile or catalog.default_profile,
-        base_image=args.base_image or catalog.base_image(args.flavor or catalog.default_flavor),
+        base_image=args.base_image or catalog.base_image(flavor),
         repository=args.repository,
         mirror=args.mirror or None,
-        overlays=tuple(str(p.resolve()) for p in args.effective_overlays),
+        overlays=tuple(str(p.resolve()) for p in context.overlays),
         extra_vars=tuple(args.extra_var or ()),
         build_cache=args.build_cache,
     )
-    result = build.build(request, loaded, catalog, store)
+    result = build.build(request, context)
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(result.to_json())

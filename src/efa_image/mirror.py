@@ -50,3 +50,10 @@ def write_index(root: Path, artifacts: list[Artifact]) -> None:
     index_path.write_text(json.dumps(ordered, indent=2) + "\n")
     sums = "".join(f"{entry['sha256']}  {entry['path']}\n" for entry in ordered)
     (root / "SHA256SUMS").write_text(sums)
+
+
+def create(store: Store, artifacts: list[Artifact], root: Path) -> None:
+    """Place every artifact into the mirror at root, then write its index."""
+    for artifact in artifacts:
+        print(f"  {artifact.mirror_path()}: {place(store, artifact, root)}", flush=True)
+    write_index(root, artifacts)
