@@ -50,8 +50,9 @@ def test_records_name_the_archive(host, name):
 
 def test_plugin_configured_for_aws_without_tests(host):
     record = json.loads(host.file("/opt/amazon/ofi-nccl/.efa-image-installed").content_string)
-    assert "--enable-platform-aws" in record["configure"]
-    assert "--disable-tests" in record["configure"]
+    configure = record["inputs"]["steps"][0]
+    assert configure[0] == "./configure"
+    assert "--enable-platform-aws" in configure and "--disable-tests" in configure
     assert not host.file("/opt/amazon/ofi-nccl/bin/nccl_message_transfer").exists
 
 
@@ -66,5 +67,5 @@ def test_nccl_tests_binaries_on_path_and_linked(host, binary):
 
 
 def test_build_trees_are_gone(host):
-    for tree in ("aws-ofi-nccl", "nccl-tests"):
+    for tree in ("aws_ofi_nccl", "nccl_tests"):
         assert not host.file(f"/var/tmp/efa-image-build/{tree}").exists

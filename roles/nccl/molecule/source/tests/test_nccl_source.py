@@ -28,9 +28,11 @@ def test_library_and_header_installed_with_the_release_version(host):
 
 def test_built_for_the_requested_architectures_only(host):
     # cuobjdump is not in Debian's toolkit; the record names what was compiled.
-    record = json.loads(host.file("/opt/nccl/.efa-image-installed").content_string)
-    assert record["gencode"] == [f"-gencode=arch=compute_{a},code=sm_{a}" for a in ARCHS]
-    assert record["version"] == NCCL.version and record["sha256"] == NCCL.sha256
+    inputs = json.loads(host.file("/opt/nccl/.efa-image-installed").content_string)["inputs"]
+    gencode = " ".join(f"-gencode=arch=compute_{a},code=sm_{a}" for a in ARCHS)
+    assert f"NVCC_GENCODE={gencode}" in inputs["steps"][0]
+    assert inputs["artifact"]["version"] == NCCL.version
+    assert inputs["artifact"]["sha256"] == NCCL.sha256
     assert not host.file("/var/tmp/efa-image-build/nccl").exists
 
 

@@ -77,9 +77,13 @@ def test_container_defaults_in_their_own_block(host):
 
 
 def test_record_and_no_build_tree(host):
-    record = json.loads(host.file(f"{PREFIX}/.efa-image-installed").content_string)
-    assert record["version"] == OPENMPI.version and record["sha256"] == OPENMPI.sha256
-    assert "--with-ofi=/opt/amazon/efa" in record["configure"]
+    inputs = json.loads(host.file(f"{PREFIX}/.efa-image-installed").content_string)["inputs"]
+    assert inputs["artifact"]["version"] == OPENMPI.version
+    assert inputs["artifact"]["sha256"] == OPENMPI.sha256
+    assert "--with-ofi=/opt/amazon/efa" in inputs["steps"][0]
+    # The checksum of the libfabric it links against is an input of the build.
+    libfabric = host.file("/opt/amazon/efa/lib/libfabric.so.1").linked_to
+    assert inputs["libfabric"] == host.file(libfabric).sha256sum
     assert not host.file("/var/tmp/efa-image-build/openmpi").exists
 
 
