@@ -183,4 +183,5 @@ def test_project_lock_preflight_reports_within_60s(tmp_path):
             assert f"  {name} " in proc.stderr
     if proc.returncode != 0:
         assert "Remedy: build from a mirror" in proc.stderr
-        assert "Or choose the portable profile" in proc.stderr
+        # The nearest flavour and profile these sources can build, or that none can.
+        assert "  make image FLAVOR=" in proc.stderr or "No other flavour" in proc.stderr

@@ -16,6 +16,7 @@ def test_flavours_match_the_catalog_and_have_playbooks(root):
     # Planned flavours (sagemaker) have no playbook yet and are not offered.
     buildable = {name for name in catalog.flavors if (root / f"playbooks/{name}.yml").exists()}
     assert set(allowed(root, "flavor")) == buildable == {"efa", "efa-reduced"}
+    assert set(catalog.buildable()) == buildable
 
 
 def test_profiles_match_the_catalog(root):

@@ -288,5 +288,5 @@ class Store:
         """Check every artifact at once, in parallel, with bounded timeouts."""
         if not artifacts:
             return []
-        with ThreadPoolExecutor(max_workers=min(8, len(artifacts))) as pool:
+        with ThreadPoolExecutor(max_workers=min(16, len(artifacts))) as pool:
             return list(pool.map(self.check, artifacts))

@@ -23,11 +23,18 @@ class Catalog:
     default_profile: str
     overlays: dict[str, Path] = field(default_factory=dict)
     base_images: dict[str, str] = field(default_factory=dict)
+    descriptions: dict[str, str] = field(default_factory=dict)
+    # Flavours the lock already serves but no playbook builds yet (sagemaker).
+    planned: frozenset[str] = frozenset()
 
     def roles(self, flavor: str) -> list[str]:
         if flavor not in self.flavors:
             raise EfaImageError(f"unknown flavour {flavor!r}; known: {', '.join(self.flavors)}")
         return self.flavors[flavor]
+
+    def buildable(self) -> list[str]:
+        """The flavours a playbook builds, in the catalog's order."""
+        return [name for name in self.flavors if name not in self.planned]
 
     def base_image(self, flavor: str) -> str:
         """The flavour's default base image (a CUDA one where roles compile against CUDA)."""
@@ -58,17 +65,21 @@ def load_catalog(path: Path | None = None) -> Catalog:
     path = path or project_root() / "playbooks" / "group_vars" / "all" / "flavors.yml"
     playbooks = path.parents[2]
     data: dict[str, Any] = yaml.safe_load(path.read_text())
-    profiles = data["efa_image_profiles"]
+    flavors, profiles = data["efa_image_flavors"], data["efa_image_profiles"]
     return Catalog(
-        flavors={name: list(spec["roles"]) for name, spec in data["efa_image_flavors"].items()},
+        flavors={name: list(spec["roles"]) for name, spec in flavors.items()},
         profiles={name: dict(spec["methods"]) for name, spec in profiles.items()},
         default_flavor=data["efa_image_default_flavor"],
         default_profile=data["efa_image_default_profile"],
         base_images={
-            name: spec["base_image"]
-            for name, spec in data["efa_image_flavors"].items()
-            if spec.get("base_image")
+            name: spec["base_image"] for name, spec in flavors.items() if spec.get("base_image")
         },
+        descriptions={
+            name: " ".join(str(spec["description"]).split())
+            for name, spec in flavors.items()
+            if spec.get("description")
+        },
+        planned=frozenset(name for name in flavors if not (playbooks / f"{name}.yml").is_file()),
         overlays={
             name: playbooks / spec["lock_overlay"]
             for name, spec in profiles.items()

@@ -2,14 +2,15 @@
 
 Every artifact a command needs is checked at once (cache, then its sources or
 the mirror) before any slow step, and every one that cannot be had is named in
-one message with the remedies: a mirror, and for a flavour's build another
-profile or the reduced flavour.
+one message with the remedies: a mirror, and for a flavour's build the nearest
+flavour and profile that the same sources can build (efa_image.nearest).
 """
 
 from __future__ import annotations
 
 import time
 
+from efa_image import nearest
 from efa_image.artifacts import Check
 from efa_image.context import Context, Selection
 from efa_image.errors import EfaImageError
@@ -25,27 +26,23 @@ def run(context: Context, selection: Selection, suggest: bool = True) -> list[Ch
     print(f"pre-flight: {len(checks)} artifacts checked in {time.monotonic() - start:.1f}s")
     if all(check.ok for check in checks):
         return checks
-    other, hint = None, ""
+    advice = ""
     if suggest and selection.flavor and selection.profile:
-        other = "portable" if selection.profile != "portable" else None
-        hint = reduced_hint(selection.flavor, checks)
-    raise EfaImageError(report(checks, context.store.mirror, other, hint))
-
-
-def reduced_hint(flavor: str, checks: list[Check]) -> str:
-    """The efa flavour never leaves the plugin or nccl-tests out silently; say what would."""
-    missing = {check.artifact.name for check in checks if not check.ok}
-    if flavor == "efa" and missing <= {"aws_ofi_nccl", "nccl_tests"}:
-        return (
-            "Or build the efa-reduced flavour (FLAVOR=efa-reduced), which leaves aws-ofi-nccl "
-            "and nccl-tests out: without the plugin NCCL does not use EFA."
+        start = time.monotonic()
+        flavor, profile = selection.flavor, selection.profile
+        candidates = nearest.search(
+            context.catalog, context.lock_for, context.store, flavor, profile, checks
         )
-    return ""
+        print(
+            f"pre-flight: {len(candidates)} other flavour/profile combinations checked "
+            f"in {time.monotonic() - start:.1f}s",
+            flush=True,
+        )
+        advice = nearest.advice(context.catalog, flavor, profile, candidates, context.store.mirror)
+    raise EfaImageError(report(checks, context.store.mirror, advice))
 
 
-def report(
-    checks: list[Check], mirror: str | None, other_profile: str | None, hint: str = ""
-) -> str:
+def report(checks: list[Check], mirror: str | None, advice: str = "") -> str:
     """One message naming every artifact that a build could not get, and the remedies."""
     bad = [check for check in checks if not check.ok]
     lines = [f"{len(bad)} of {len(checks)} artifacts cannot be had:"]
@@ -61,11 +58,6 @@ def report(
             "Remedy: build from a mirror that holds them (--mirror DIR|URL or EFA_IMAGE_MIRROR; "
             "`efa-image mirror create DIR` makes one where the sources are reachable)."
         )
-    if other_profile:
-        lines.append(
-            f"Or choose the {other_profile} profile (PROFILE={other_profile}), which builds "
-            "from the upstream archives Debian's source pool serves, PyPI and distro packages."
-        )
-    if hint:
-        lines.append(hint)
+    if advice:
+        lines.append(advice)
     return "\n".join(lines)
