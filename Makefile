@@ -48,8 +48,8 @@ test: setup
 	@$(STAGE) --summary
 
 lint:
-	@$(STAGE) ruff $(BIN)/ruff check src tests molecule roles
-	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests molecule roles
+	@$(STAGE) ruff $(BIN)/ruff check src tests roles
+	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests roles
 	@$(STAGE) yamllint $(BIN)/yamllint --strict .
 	@$(STAGE) ansible-lint $(WITH_VENV) ansible-lint --strict
 

@@ -8,6 +8,7 @@ lock does; it may not invent components.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -175,6 +176,16 @@ def parse_entries(entries: Any, overlays: Iterable[Path], source: str) -> dict[s
 def load(path: Path | None = None, overlays: Iterable[Path] = ()) -> Lock:
     path = path or default_lock_path()
     return Lock(parse_entries(_load_yaml(path).get(LOCK_KEY), overlays, str(path)), path)
+
+
+def env_overlays() -> list[Path]:
+    """The overlay files EFA_IMAGE_LOCK_OVERLAY names (colon-separated), as Ansible sees them."""
+    return [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
+
+
+def load_with_env_overlays() -> Lock:
+    """The project's lock with the overlays of the environment: what a role run here resolved."""
+    return load(None, env_overlays())
 
 
 def set_sha256(text: str, name: str, sha256: str) -> str:

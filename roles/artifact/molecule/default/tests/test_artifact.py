@@ -1,16 +1,10 @@
 """Files and wheels from the CI mirror, on the target, verified against the lock."""
 
-import os
-from pathlib import Path
-
 import pytest
 
 from efa_image import lock
-from efa_image.paths import project_root
 
-ROOT = project_root()
-OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
-LOCK = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS)
+LOCK = lock.load_with_env_overlays()
 VENV = "/opt/efa-image/venv"
 
 

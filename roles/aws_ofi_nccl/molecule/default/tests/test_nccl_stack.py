@@ -1,17 +1,12 @@
 """aws-ofi-nccl and nccl-tests built from their archives against libfabric, NCCL and CUDA."""
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from efa_image import lock
-from efa_image.paths import project_root
 
-ROOT = project_root()
-OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
-LOCK = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS)
+LOCK = lock.load_with_env_overlays()
 PLUGIN = "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so"
 SYMBOLS = (
     "import ctypes,sys; l=ctypes.CDLL(sys.argv[1]);"

@@ -1,15 +1,10 @@
 """The efa role (source method): libfabric with the EFA provider, verified."""
 
 import json
-import os
-from pathlib import Path
 
 from efa_image import lock, verify
-from efa_image.paths import project_root
 
-ROOT = project_root()
-OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
-LIBFABRIC = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("libfabric")
+LIBFABRIC = lock.load_with_env_overlays().get("libfabric")
 PREFIX = "/opt/amazon/efa"
 
 

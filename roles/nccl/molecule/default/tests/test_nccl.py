@@ -1,18 +1,13 @@
 """NCCL from the wheel (CI mirror) and from Debian's packages: linker cache, versions, record."""
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 from efa_image import lock
-from efa_image.paths import project_root
 
-ROOT = project_root()
-OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
-WHEEL = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("nccl_wheel")
+WHEEL = lock.load_with_env_overlays().get("nccl_wheel")
 PACKAGE_VERSION = "2.22.3"
 VERSION_CODE = (
     "import ctypes,sys; v=ctypes.c_int();"

@@ -3,14 +3,10 @@
 import json
 import os
 import re
-from pathlib import Path
 
 from efa_image import lock
-from efa_image.paths import project_root
 
-ROOT = project_root()
-OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
-NCCL = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("nccl")
+NCCL = lock.load_with_env_overlays().get("nccl")
 VERSION = NCCL.version.split("-")[0]
 ARCHS = os.environ.get("NCCL_SOURCE_ARCHS", "90").split()
 

@@ -1,18 +1,13 @@
 """Open MPI from source over libfabric: OFI MTL built, allreduce over the tcp provider."""
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 from efa_image import lock
-from efa_image.paths import project_root
 
-ROOT = project_root()
-OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
-LOCK = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS)
+LOCK = lock.load_with_env_overlays()
 OPENMPI = LOCK.get("openmpi")
 PREFIX = "/opt/amazon/openmpi"
 CHECK = "/opt/efa-image/bin/mpi_allreduce_check"

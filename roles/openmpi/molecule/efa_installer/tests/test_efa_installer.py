@@ -1,14 +1,8 @@
 """The AWS EFA installer in container mode, and the Open MPI it installs."""
 
-import os
-from pathlib import Path
-
 from efa_image import lock, verify
-from efa_image.paths import project_root
 
-ROOT = project_root()
-OVERLAYS = [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
-INSTALLER = lock.load(ROOT / "playbooks/group_vars/all/versions.yml", OVERLAYS).get("efa_installer")
+INSTALLER = lock.load_with_env_overlays().get("efa_installer")
 
 
 def test_installer_record_names_the_version(host):
