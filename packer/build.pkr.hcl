@@ -20,6 +20,12 @@ build {
   description = "One playbook per flavour, for Docker images (container mode, -only=docker.image) and AMIs (host mode, -only=amazon-ebs.ami; AWS credentials needed). Name one source with -only: without it, a machine without AWS credentials fails the amazon-ebs build."
   sources     = ["source.docker.image", "source.amazon-ebs.ami"]
 
+  # The manifest post-processor does not create its directory (a fresh checkout
+  # has no build/), and a post-processor that fails discards the image.
+  provisioner "shell-local" {
+    inline = ["mkdir -p '${path.root}/../build'"]
+  }
+
   provisioner "ansible" {
     command          = local.ansible_playbook
     playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
