@@ -77,8 +77,8 @@ def test_record_and_no_build_tree(host):
     assert inputs["artifact"]["sha256"] == OPENMPI.sha256
     assert "--with-ofi=/opt/amazon/efa" in inputs["steps"][0]
     # The checksum of the libfabric it links against is an input of the build.
-    libfabric = host.file("/opt/amazon/efa/lib/libfabric.so.1").linked_to
-    assert inputs["libfabric"] == host.file(libfabric).sha256sum
+    libfabric = "/opt/amazon/efa/lib/libfabric.so.1"
+    assert inputs["linked"] == {libfabric: host.file(host.file(libfabric).linked_to).sha256sum}
     assert not host.file("/var/tmp/efa-image-build/openmpi").exists
 
 
