@@ -59,3 +59,20 @@ def test_dependencies_live_in_meta(role):
     assert "dependencies" in meta
     defaults_text = (role / "defaults/main.yml").read_text()
     assert "dependencies" not in defaults_text
+
+
+PHASES = {"preflight", "install", "configure", "verify"}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_every_phase_of_main_carries_its_tag(role):
+    """`--tags verify` re-verifies a host: each phase is tagged, dynamic ones with `apply`."""
+    for task in yaml.safe_load((role / "tasks/main.yml").read_text()):
+        tags = set(task.get("tags", []))
+        assert len(tags & PHASES) == 1, f"{role.name}: {task['name']!r} tags {sorted(tags)}"
+        include = task.get("ansible.builtin.include_tasks")
+        if include is not None:
+            assert isinstance(include, dict), f"{role.name}: {task['name']!r} needs apply: tags"
+            assert set(include["apply"]["tags"]) == tags & PHASES
+        # Preflight sets the facts every other phase reads.
+        assert ("preflight" in tags) == ("always" in tags)
