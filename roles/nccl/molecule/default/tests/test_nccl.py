@@ -57,9 +57,15 @@ def test_component_record(host, method, layout):
     if method == "wheel":
         assert record["sha256"] == WHEEL.sha256 and record["source"] == WHEEL.urls[0]
         installed = json.loads(host.file("/opt/nccl/.efa-image-installed").content_string)
-        assert installed == {"method": "wheel", "version": WHEEL.version, "sha256": WHEEL.sha256}
+        assert installed["component"] == "nccl"
+        assert installed["inputs"]["artifact"] == {
+            "name": "nccl_wheel",
+            "version": WHEEL.version,
+            "sha256": WHEEL.sha256,
+        }
+        assert host.file("/opt/nccl/lib/libnccl.so").linked_to == "/opt/nccl/lib/libnccl.so.2"
         # The 400 MB wheel does not stay behind in the build tree.
-        assert not host.file(f"/var/tmp/efa-image-build/artifacts/{WHEEL.filename}").exists
+        assert not host.file("/var/tmp/efa-image-build/nccl").exists
     else:
         assert record["source"] == "apt: libnccl2 libnccl-dev"
         assert host.package("libnccl-dev").version.startswith(PACKAGE_VERSION)
