@@ -19,6 +19,7 @@ import time
 import pytest
 
 from efa_image import buildcache, multihost
+from efa_image.paths import project_root
 
 FLAVOR = os.environ.get("EFA_IMAGE_TEST_FLAVOR", "efa")
 PROFILE = os.environ.get("EFA_IMAGE_TEST_PROFILE", "portable")
@@ -178,3 +179,36 @@ def test_mpi_allreduce_across_two_containers_over_the_ofi_mtl(built):
     assert [rank.total for rank in job.ranks] == [3, 3]
     assert job.ofi_selected == 2
     assert job.ok
+
+
+def verify_tag_run(container: str) -> subprocess.CompletedProcess[str]:
+    """`ansible-playbook --tags verify` of the flavour's playbook against a running container."""
+    argv = ["ansible-playbook", "-i", f"{container},", "-c", "community.docker.docker"]
+    argv += [f"playbooks/{FLAVOR}.yml", "-e", f"efa_image_profile={PROFILE}", "--tags", "verify"]
+    argv += ["-e", "ansible_python_interpreter=/usr/bin/python3"]
+    env = os.environ | {"PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=project_root(), check=False
+    )
+
+
+def test_tags_verify_rechecks_a_running_container_without_changing_it(built):
+    container = f"efa-image-test-verify-{os.getpid()}"
+    docker("run", "-d", "--name", container, built["image"], "sleep", "600")
+    try:
+        proc = verify_tag_run(container)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        recap = proc.stdout[proc.stdout.index("PLAY RECAP") :]
+        assert " changed=0 " in recap and " failed=0 " in recap
+        # Only checks ran: no role installed or configured anything.
+        assert "TASK [efa : Assert libfabric is the wanted one and complete]" in proc.stdout
+        assert "TASK [openmpi : Assert the OFI MTL is built and libmpi is complete]" in proc.stdout
+        assert "build_component" not in proc.stdout and "Run the build steps" not in proc.stdout
+        # And it checks for real: with libfabric's library gone, it fails.
+        docker("exec", container, "sh", "-c", "rm /opt/amazon/efa/lib/libfabric.so.1*")
+        broken = verify_tag_run(container)
+        assert broken.returncode != 0
+        failed_at = broken.stdout[: broken.stdout.index("fatal: [")].rsplit("TASK [", 1)[-1]
+        assert failed_at.startswith("efa : "), broken.stdout[-3000:]
+    finally:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=False)
