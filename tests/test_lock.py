@@ -186,3 +186,16 @@ def test_portable_profile_builds_from_debian_sources(root):
             )
             for url in artifact.urls
         )
+
+
+def test_role_lock_applies_the_profiles_overlay_then_the_environments(tmp_path, monkeypatch):
+    """What a molecule verifier expects: the lock as the playbooks resolve it for a profile."""
+    from efa_image import context
+
+    monkeypatch.delenv("EFA_IMAGE_LOCK_OVERLAY", raising=False)
+    assert context.role_lock("portable").get("libfabric").version == "2.1.0"
+    assert context.role_lock("aws").get("libfabric").version != "2.1.0"
+    later = tmp_path / "later.yml"
+    later.write_text("efa_image_artifacts_overlay:\n  libfabric:\n    version: '9.9.9'\n")
+    monkeypatch.setenv("EFA_IMAGE_LOCK_OVERLAY", str(later))
+    assert context.role_lock("portable").get("libfabric").version == "9.9.9"

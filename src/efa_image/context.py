@@ -83,3 +83,11 @@ def load(
     loaded = lock.load(lock_file, effective)
     known = {profile or catalog.default_profile: loaded} if profile is not None else {}
     return Context(loaded, store, catalog, effective, lock_file, user, known)
+
+
+def role_lock(profile: str | None = None) -> lock.Lock:
+    """The lock as a role run with `profile` (None: the default) resolves it: the
+    profile's overlay (the playbooks apply it), then EFA_IMAGE_LOCK_OVERLAY's files."""
+    catalog = load_catalog()
+    profile = profile or catalog.default_profile
+    return lock.load(None, with_profile_overlay(catalog, profile, lock.env_overlays()))

@@ -183,11 +183,6 @@ def env_overlays() -> list[Path]:
     return [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
 
 
-def load_with_env_overlays() -> Lock:
-    """The project's lock with the overlays of the environment: what a role run here resolved."""
-    return load(None, env_overlays())
-
-
 def set_sha256(text: str, name: str, sha256: str) -> str:
     """Rewrite one entry's sha256 line in the lock's text, keeping comments and layout."""
     lines = text.splitlines(keepends=True)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from efa_image import lock
+from efa_image import context
 
-LOCK = lock.load_with_env_overlays()
+LOCK = context.role_lock()
 VENV = "/opt/efa-image/venv"
 
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from efa_image import lock
+from efa_image import context
 
-LOCK = lock.load_with_env_overlays()
+LOCK = context.role_lock()
 PLUGIN = "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so"
 SYMBOLS = (
     "import ctypes,sys; l=ctypes.CDLL(sys.argv[1]);"

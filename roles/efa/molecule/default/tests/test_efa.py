@@ -2,9 +2,9 @@
 
 import json
 
-from efa_image import lock, verify
+from efa_image import context, verify
 
-LIBFABRIC = lock.load_with_env_overlays().get("libfabric")
+LIBFABRIC = context.role_lock("portable").get("libfabric")
 PREFIX = "/opt/amazon/efa"
 
 

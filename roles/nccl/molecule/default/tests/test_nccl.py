@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from efa_image import lock
+from efa_image import context
 
-WHEEL = lock.load_with_env_overlays().get("nccl_wheel")
+WHEEL = context.role_lock().get("nccl_wheel")
 PACKAGE_VERSION = "2.22.3"
 VERSION_CODE = (
     "import ctypes,sys; v=ctypes.c_int();"

@@ -4,9 +4,9 @@ import json
 import os
 import re
 
-from efa_image import lock
+from efa_image import context
 
-NCCL = lock.load_with_env_overlays().get("nccl")
+NCCL = context.role_lock().get("nccl")
 VERSION = NCCL.version.split("-")[0]
 ARCHS = os.environ.get("NCCL_SOURCE_ARCHS", "90").split()
 

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from efa_image import lock
+from efa_image import context
 
-LOCK = lock.load_with_env_overlays()
+LOCK = context.role_lock("portable")
 OPENMPI = LOCK.get("openmpi")
 PREFIX = "/opt/amazon/openmpi"
 CHECK = "/opt/efa-image/bin/mpi_allreduce_check"

@@ -1,8 +1,8 @@
 """The AWS EFA installer in container mode, and the Open MPI it installs."""
 
-from efa_image import lock, verify
+from efa_image import context, verify
 
-INSTALLER = lock.load_with_env_overlays().get("efa_installer")
+INSTALLER = context.role_lock().get("efa_installer")
 
 
 def test_installer_record_names_the_version(host):
