@@ -38,6 +38,7 @@ build {
     extra_arguments = concat(
       ["--extra-vars", "ansible_host=${local.container} ansible_connection=community.docker.docker"],
       ["--extra-vars", "efa_image_profile=${var.profile} efa_image_base_image=${var.base_image} efa_image_cuda_home=${var.cuda_home}"],
+      ["--extra-vars", "efa_image_fingerprint=${var.fingerprint}"],
       [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
     )
     only = ["docker.image"]
@@ -57,5 +58,8 @@ build {
   post-processor "manifest" {
     output     = "${path.root}/../build/packer-manifest.json"
     strip_path = true
+    custom_data = {
+      fingerprint = var.fingerprint
+    }
   }
 }

@@ -13,9 +13,10 @@ locals {
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
   }
   image_labels = merge(var.labels, {
-    "org.efa-image.flavor"     = var.flavor
-    "org.efa-image.profile"    = var.profile
-    "org.efa-image.base-image" = var.base_image
+    "org.efa-image.flavor"      = var.flavor
+    "org.efa-image.profile"     = var.profile
+    "org.efa-image.base-image"  = var.base_image
+    "org.efa-image.fingerprint" = var.fingerprint
   })
 }
 

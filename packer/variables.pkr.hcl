@@ -29,10 +29,10 @@ variable "flavor" {
 variable "profile" {
   type        = string
   default     = "aws"
-  description = "Method profile: aws (EFA installer), upstream (source builds of the newest releases) or portable (upstream archives from Debian's source pool)."
+  description = "Method profile: aws (EFA installer), upstream (source builds of the newest releases) portable (upstream archives from Debian's source pool) or distro (the distribution's libfabric and Open MPI packages)."
   validation {
-    condition     = contains(["aws", "upstream", "portable"], var.profile)
-    error_message = "The profile must be aws, upstream or portable."
+    condition     = contains(["aws", "upstream", "portable", "distro"], var.profile)
+    error_message = "The profile must be aws, upstream, portable or distro."
   }
 }
 
@@ -82,6 +82,12 @@ variable "labels" {
   type        = map(string)
   default     = {}
   description = "Extra labels for the Docker image (efa-image build adds component versions)."
+}
+
+variable "fingerprint" {
+  type        = string
+  default     = ""
+  description = "Digest of every input of the build (efa-image build computes it; an unchanged build reuses the image that carries it). Label org.efa-image.fingerprint and the image manifest; empty for builds outside efa-image."
 }
 
 variable "mirror" {

@@ -15,8 +15,9 @@ import re
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-from efa_image import base, images, multihost, packer, preflight, verify
+from efa_image import base, fingerprint, images, multihost, packer, preflight, verify
 from efa_image.compat_facts import check_compatibility, compat_facts, needs_nvcc
 from efa_image.containers import target
 from efa_image.context import Context
@@ -38,6 +39,8 @@ class BuildRequest:
     extra_vars: tuple[str, ...] = ()
     # Build cache directory (efa_image.buildcache): "" for the default, "off".
     build_cache: str = ""
+    # Build even when a verified image with the same fingerprint exists.
+    rebuild: bool = False
 
 
 @dataclass
@@ -57,6 +60,10 @@ class BuildResult:
     # Per compiled component: hit (taken from the build cache), miss (compiled), off.
     build_cache: dict[str, str] = field(default_factory=dict)
     started: str = ""
+    # Every input of the build (efa_image.fingerprint); reused: an earlier verified
+    # image with the same fingerprint was tagged and nothing was built.
+    fingerprint: str = ""
+    reused: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -91,12 +98,30 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         selection = context.select(None, request.flavor, request.profile)
         preflight.run(context, selection)
         needed = selection.artifacts
+    with timer.step("base image"):
+        print(base.ensure_ref(request.base_image), flush=True)
+        base_id = images.image_id(request.base_image)
+    with timer.step("fingerprint"):
+        inputs = fingerprint.compute(
+            root,
+            flavor=request.flavor,
+            profile=request.profile,
+            flavor_roles=catalog.roles(request.flavor),
+            base_image_id=base_id,
+            artifacts=needed,
+            overlays=[Path(p) for p in request.overlays],
+            extra_vars=request.extra_vars,
+        )
+        result.fingerprint = inputs.digest
+        reusable = None if request.rebuild else reusable_image(inputs.digest)
+    if reusable:
+        result.components = component_versions(needed)
+        return reuse(reusable, request, result, timer)
     with timer.step("fetch"):
         for artifact in needed:
             context.store.get(artifact)
         print(f"{len(needed)} artifacts verified in the cache", flush=True)
-    with timer.step("base image"):
-        print(base.ensure_ref(request.base_image), flush=True)
+    with timer.step("base probe"):
         images.remove_stale_build_containers()
         cuda = images.probe_cuda(request.base_image)
         print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
@@ -113,7 +138,7 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     var_file = out / f"{request.flavor}-{request.profile}.pkrvars.json"
     owner = f"pid:{os.getpid()}"
     path = images.base_path(request.base_image)
-    variables = packer.packer_vars(request, versions, path, owner, cuda.home)
+    variables = packer.packer_vars(request, versions, path, owner, cuda.home, inputs.digest)
     var_file.write_text(json.dumps(variables, indent=2) + "\n")
     manifest = out / "packer-manifest.json"
     # An earlier run's manifest must never be mistaken for this run's result.
@@ -129,7 +154,31 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
             # Nothing that failed verification stays behind to be taken as a build.
             subprocess.run(["docker", "rmi", image], capture_output=True, check=False)
             raise
+    fingerprint.record_verified(inputs, image)
     tag(image, request, versions, result)
+    result.stages = {name: round(secs, 1) for name, secs, _ in timer.records}
+    print(timer.summary())
+    print_summary(result)
+    return result
+
+
+def reusable_image(digest: str) -> str | None:
+    """The verified image of an identical earlier build, while it exists with its label."""
+    image = fingerprint.verified_image(digest)
+    if image and images.label(image, fingerprint.LABEL) == digest:
+        return image
+    return None
+
+
+def reuse(image: str, request: BuildRequest, result: BuildResult, timer: StepTimer) -> BuildResult:
+    """An unchanged build: the earlier verified image is tagged again, nothing runs."""
+    print(
+        f"unchanged: every input matches verified image {image} (fingerprint "
+        f"{result.fingerprint[:16]}); tagging it again (--rebuild builds anyway)",
+        flush=True,
+    )
+    result.reused = True
+    tag(image, request, result.components, result)
     result.stages = {name: round(secs, 1) for name, secs, _ in timer.records}
     print(timer.summary())
     print_summary(result)

@@ -151,6 +151,7 @@ def cmd_build(args: argparse.Namespace) -> None:
         overlays=tuple(str(p.resolve()) for p in context.overlays),
         extra_vars=tuple(args.extra_var or ()),
         build_cache=args.build_cache,
+        rebuild=args.rebuild,
     )
     result = build.build(request, context)
     if args.report:
@@ -285,6 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("EFA_IMAGE_BUILD_CACHE", ""),
         help="keep compiled components here and take identical ones back (env "
         "EFA_IMAGE_BUILD_CACHE, default ~/.cache/efa-image/builds; 'off' compiles everything)",
+    )
+    build_cmd.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="build even when a verified image of identical inputs exists (by default "
+        "such an unchanged build tags that image again and runs nothing)",
     )
     build_cmd.add_argument(
         "--report", metavar="FILE", help="write durations (stages, roles), sizes and tags as JSON"

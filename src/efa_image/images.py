@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from efa_image import verify
-from efa_image.runner import run_command
+from efa_image.runner import CommandError, run_command
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Where nvcc lives: NVIDIA's layout (nvidia/cuda) first, then Debian's nvidia-cuda-toolkit.
@@ -31,6 +31,19 @@ OWNER_LABEL = "org.efa-image.build-owner"
 def inspect(ref: str, template: str) -> str:
     """`docker image inspect --format TEMPLATE` of one image."""
     return run_command(["docker", "image", "inspect", "--format", template, ref]).output
+
+
+def image_id(ref: str) -> str:
+    return inspect(ref, "{{.Id}}").strip()
+
+
+def label(ref: str, name: str) -> str | None:
+    """One label of a local image; None when the image or the label is absent."""
+    try:
+        labels = json.loads(inspect(ref, "{{json .Config.Labels}}") or "null") or {}
+    except CommandError:
+        return None
+    return labels.get(name)
 
 
 def image_env(ref: str) -> list[str]:

@@ -33,6 +33,7 @@ def packer_vars(
     path: str = "",
     owner: str = "manual",
     cuda_home: str = "",
+    fingerprint: str = "",
 ) -> dict[str, object]:
     """The variables of packer/variables.pkr.hcl for one build."""
     labels = {f"org.efa-image.component.{name}": v for name, v in versions.items()}
@@ -49,6 +50,7 @@ def packer_vars(
         "ansible_extra_vars": list(request.extra_vars),
         "build_owner": owner,
         "cuda_home": cuda_home or CUDA_HOMES[0],
+        "fingerprint": fingerprint,
     }
 
 
