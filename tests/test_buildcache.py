@@ -13,6 +13,19 @@ DPKG = (
     "gcc-14=14.2.0-19\nlibc6-dev:amd64=2.41-12\nlibibverbs-dev:amd64=56.1-1\n"
     "make=4.4.1-2\ncurl=8.14.1-2\npython3=3.13.5-1\n"
 )
+POLICY = """gcc:
+  Installed: (none)
+  Candidate: 4:14.2.0-1
+  Version table:
+     4:14.2.0-1 500
+        500 http://deb.debian.org/debian trixie/main amd64 Packages
+zlib1g-dev:
+  Installed: 1:1.3.dfsg+really1.3.1-1+b1
+  Candidate: 1:1.3.dfsg+really1.3.1-1+b1
+  Version table:
+ *** 1:1.3.dfsg+really1.3.1-1+b1 500
+        100 /var/lib/dpkg/status
+"""
 INPUTS = {"version": "5.0.7", "sha256": "ab" * 32, "configure": ["--prefix=/opt/x"]}
 
 
@@ -40,12 +53,52 @@ def test_key_covers_compilers_and_dev_packages_only():
         {"os_release": OS.replace("amd64", "arm64")},
         {"packages": DPKG.replace("gcc-14=14.2.0-19", "gcc-14=14.2.0-20")},
         {"packages": DPKG + "libhwloc-dev:amd64=2.12.0-4\n"},
+        {"policy": POLICY.replace("Candidate: 4:14.2.0-1", "Candidate: 4:14.2.0-2")},
+        {"policy": POLICY + "perl:\n  Installed: (none)\n  Candidate: 5.40.1-6\n"},
     ],
-    ids=["component", "archive", "options", "dependency", "release", "arch", "compiler", "new-dev"],
+    ids=[
+        "component",
+        "archive",
+        "options",
+        "dependency",
+        "release",
+        "arch",
+        "compiler",
+        "new-dev",
+        "build-package-version",
+        "build-package-added",
+    ],
 )
 def test_every_input_that_decides_the_build_changes_the_key(change):
-    args = {"component": "openmpi", "inputs": INPUTS, "os_release": OS, "packages": DPKG}
+    args = {
+        "component": "openmpi",
+        "inputs": INPUTS,
+        "os_release": OS,
+        "packages": DPKG,
+        "policy": POLICY,
+    }
     assert buildcache.key(**(args | change)) != buildcache.key(**args)
+
+
+def test_requested_build_packages_count_as_installed_or_as_apts_candidate():
+    assert buildcache.requested_versions(POLICY) == {
+        "gcc": "4:14.2.0-1",
+        "zlib1g-dev": "1:1.3.dfsg+really1.3.1-1+b1",
+    }
+
+
+def test_packages_other_builds_installed_leave_the_key_alone():
+    """The key before the toolchain is installed equals the key once another component's
+    build installed it: a hit needs no toolchain, whichever component compiled first."""
+    base = "libc6-dev:amd64=2.41-12\ncurl=8.14.1-2\n"
+    baseline = "libc6-dev curl"
+    later = base + "gcc-14=14.2.0-19\nlibibverbs-dev:amd64=56.1-1\n"
+    installed_policy = POLICY.replace("Installed: (none)", "Installed: 4:14.2.0-1")
+    before = buildcache.key("openmpi", INPUTS, OS, base, policy=POLICY)
+    after = buildcache.key("openmpi", INPUTS, OS, later, baseline=baseline, policy=installed_policy)
+    assert before == after
+    # The base image's own -dev packages do count.
+    assert buildcache.key("openmpi", INPUTS, OS, later, policy=POLICY) != before
 
 
 def test_key_ignores_the_order_of_inputs_and_packages():
@@ -104,3 +157,13 @@ def test_cache_dir_setting_environment_default_and_off(monkeypatch, tmp_path: Pa
     assert buildcache.cache_dir(str(tmp_path / "set")) == tmp_path / "set"
     monkeypatch.setenv(buildcache.ENV, "off")
     assert buildcache.cache_dir() is None
+
+
+def test_the_probes_sections_feed_the_key():
+    probe = f"## os\n{OS}## installed\n{DPKG}## baseline\ngcc-14 make\n## policy\n{POLICY}"
+    sections = buildcache.probe_sections(probe)
+    assert sections["os"] == OS and sections["installed"] == DPKG
+    assert sections["baseline"].split() == ["gcc-14", "make"]
+    assert buildcache.requested_versions(sections["policy"])["gcc"] == "4:14.2.0-1"
+    # No baseline section: the target's packages are all its own.
+    assert "baseline" not in buildcache.probe_sections(f"## os\n{OS}## policy\n")

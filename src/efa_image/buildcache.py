@@ -4,10 +4,16 @@ A role that compiles (libfabric, Open MPI, NCCL, aws-ofi-nccl, nccl-tests) asks
 for an entry before it compiles. The key is the sha256 of everything that
 decides the result: the component, its archive's sha256, its build options,
 the checksums of the libraries it links against, the target's OS release and
-architecture, and the versions of the compilers and every -dev package
-installed on the target.
-Any change there is a different key, so an entry is only ever taken for a build
-that would have produced the same tree.
+architecture, the versions of the build packages it asks for (installed, or
+apt's candidate: the version the build would install) and of the compilers and
+-dev packages the target had before any build installed packages (the base
+image's). Any change there is a different key, so an entry is only ever taken
+for a build that would have produced the same tree.
+
+The key is known before anything is installed: a hit needs no toolchain. Build
+packages that other components installed for their builds are not in the key
+(whether they were built or taken from the cache must not matter), so a
+component names every build package its configure may use.
 
 Entries are `<component>-<key>.tar.gz` with a `.sha256` beside it, written
 atomically; an entry whose checksum does not match is treated as absent and
@@ -27,7 +33,7 @@ from typing import Any
 
 from efa_image.artifacts import default_cache_dir, sha256_of
 
-FORMAT = 1
+FORMAT = 2
 OFF = "off"
 ENV = "EFA_IMAGE_BUILD_CACHE"
 # Package names whose versions decide a compile: compilers, binutils, the C
@@ -48,20 +54,62 @@ def cache_dir(setting: str | None = None) -> Path | None:
     return Path(value) if value else default_cache_dir() / "builds"
 
 
-def toolchain_packages(dpkg_lines: str) -> list[str]:
-    """`name=version` of the packages that decide a compile, from `dpkg-query -W` lines."""
+def toolchain_packages(dpkg_lines: str, baseline: str | None = None) -> list[str]:
+    """`name=version` of the packages that decide a compile, from `dpkg-query -W` lines.
+
+    With a baseline (the package names present before the first build install),
+    only those: what builds installed since is not the target's own.
+    """
+    kept = None if baseline is None else set(baseline.split())
     selected = set()
     for line in dpkg_lines.splitlines():
         name, sep, version = line.strip().partition("=")
         if not sep:
             continue
-        if TOOLCHAIN.search(name.split(":")[0]):
+        bare = name.split(":")[0]
+        if TOOLCHAIN.search(bare) and (kept is None or bare in kept or name in kept):
             selected.add(f"{name}={version}")
     return sorted(selected)
 
 
-def key(component: str, inputs: Mapping[str, Any], os_release: str, packages: str) -> str:
-    """sha256 over the component, its inputs, the target's OS and its toolchain packages."""
+def requested_versions(policy: str) -> dict[str, str]:
+    """Per package of `apt-cache policy NAME...`: the installed version, else the candidate."""
+    versions: dict[str, str] = {}
+    name, installed = "", ""
+    for line in policy.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith(":"):
+            name, installed = line.strip()[:-1], ""
+        elif name and (field := line.strip()).startswith("Installed:"):
+            installed = field.split(":", 1)[1].strip()
+        elif name and field.startswith("Candidate:"):
+            candidate = field.split(":", 1)[1].strip()
+            versions[name] = installed if installed not in ("", "(none)") else candidate
+    return versions
+
+
+def probe_sections(output: str) -> dict[str, str]:
+    """The `## name` sections of the target's probe (os, installed, baseline, policy)."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output.splitlines():
+        if line.startswith("## "):
+            current = sections.setdefault(line[3:].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) + "\n" for name, lines in sections.items()}
+
+
+def key(
+    component: str,
+    inputs: Mapping[str, Any],
+    os_release: str,
+    packages: str,
+    *,
+    baseline: str | None = None,
+    policy: str = "",
+) -> str:
+    """sha256 over the component, its inputs, the target's OS, its own toolchain packages
+    and the versions of the build packages requested (`apt-cache policy` of them)."""
     if not COMPONENT.match(component):
         raise BuildCacheError(f"build cache: bad component name {component!r}")
     document = {
@@ -69,7 +117,8 @@ def key(component: str, inputs: Mapping[str, Any], os_release: str, packages: st
         "component": component,
         "inputs": inputs,
         "os": sorted(line.strip() for line in os_release.splitlines() if line.strip()),
-        "packages": toolchain_packages(packages),
+        "packages": toolchain_packages(packages, baseline),
+        "build_packages": requested_versions(policy),
     }
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()

@@ -1,8 +1,9 @@
 """Action `efa_image_build_cache`: the build cache on the controller (efa_image.buildcache).
 
-Look up (no `store`): computes the key from the inputs and the target's OS
-release and dpkg list, and returns {enabled, key, hit, path}: path is the
-controller's archive on a hit.
+Look up (no `store`): computes the key from the inputs and the target's probe
+(common's _common_build_cache_probe_script: OS release and architecture, dpkg
+list, baseline, `apt-cache policy` of the build packages), and returns
+{enabled, key, hit, path}: path is the controller's archive on a hit.
 Store (`store: REMOTE_ARCHIVE`, `key: KEY`): fetches the archive from the target
 into the cache, atomically.
 Runs on the controller whatever connection the play uses (Packer and molecule
@@ -22,9 +23,7 @@ from efa_image import buildcache
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = True
-    _VALID_ARGS = frozenset(
-        ("component", "inputs", "os_release", "packages", "cache", "store", "key")
-    )
+    _VALID_ARGS = frozenset(("component", "inputs", "probe", "cache", "store", "key"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -35,11 +34,14 @@ class ActionModule(ActionBase):
             if args.get("store"):
                 remote, digest = str(args["store"]), str(args.get("key", ""))
                 return result | self._store(directory, component, remote, digest)
+            probe = buildcache.probe_sections(str(args.get("probe", "")))
             digest = buildcache.key(
                 component,
                 args.get("inputs") or {},
-                str(args.get("os_release", "")),
-                str(args.get("packages", "")),
+                probe.get("os", ""),
+                probe.get("installed", ""),
+                baseline=probe.get("baseline"),
+                policy=probe.get("policy", ""),
             )
         except (buildcache.BuildCacheError, OSError) as exc:
             raise AnsibleActionFail(str(exc)) from exc
