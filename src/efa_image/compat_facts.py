@@ -1,13 +1,16 @@
 """The compatibility rules (efa_image.compat) applied to a planned build.
 
 Before a build starts, the version facts come from the lock entries it needs,
-the profile's methods and the base image's CUDA; the rules' outcome is printed
+the profile's methods, the base image's CUDA and, where the efa role installs
+the distribution's libfabric (method package), the base image's libfabric
+package (efa_image.distro); the rules' outcome is printed
 and a violation stops the build before any build work.
 """
 
 from __future__ import annotations
 
 from efa_image import compat
+from efa_image.distro import DistroLibfabric
 from efa_image.errors import EfaImageError
 from efa_image.images import BaseCuda
 from efa_image.lock import Artifact
@@ -17,15 +20,30 @@ CUDA_ARCHIVES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
 
 
 def compat_facts(
-    needed: list[Artifact], roles: list[str], methods: dict[str, str], cuda: BaseCuda
+    needed: list[Artifact],
+    roles: list[str],
+    methods: dict[str, str],
+    cuda: BaseCuda,
+    distro: DistroLibfabric | None = None,
 ) -> dict[str, str]:
-    """What the compatibility rules know before a build starts."""
+    """What the compatibility rules know before a build starts.
+
+    `distro`: the base image's libfabric package (efa_image.distro.probe_for), for
+    the package method; without it that method's libfabric rules are skipped.
+    """
     artifacts = {artifact.name: artifact for artifact in needed}
     facts = {"efa_method": methods.get("efa", "")}
     if "efa_installer" in artifacts:
         facts["efa_installer"] = artifacts["efa_installer"].version
     if "libfabric" in artifacts:
         facts["libfabric"] = artifacts["libfabric"].version
+    if facts["efa_method"] == "package" and "efa" in roles:
+        # The distribution's libfabric lives in /usr (aws-ofi-nccl cannot build there).
+        facts["libfabric_in_usr"] = "yes"
+    if facts["efa_method"] == "package" and distro is not None:
+        facts["libfabric_efa"] = "yes" if distro.efa else "no"
+        if distro.version:
+            facts["libfabric"] = distro.version
     if "nccl" in roles:
         source = artifacts.get("nccl") or artifacts.get("nccl_wheel")
         if source:

@@ -21,6 +21,8 @@ from efa_image.containers import efa_device_args
 from efa_image.errors import EfaImageError
 from efa_image.runner import run_command
 
+# The EFA installer's and the source builds' mpirun; the image's PATH names
+# another (the distribution's /usr/bin/mpirun) where the openmpi role put it there.
 MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 CHECK = "/opt/efa-image/bin/mpi_allreduce_check"
 RANK_LINE = re.compile(r"^rank (\d+) of (\d+) on (\S+): sum (-?\d+) expected (-?\d+)$")
@@ -88,10 +90,10 @@ def parse(output: str) -> tuple[list[Rank], int]:
     return sorted(ranks, key=lambda r: r.rank), len(SELECTED_OFI.findall(output))
 
 
-def mpirun_command(hosts: list[str], provider: str) -> list[str]:
+def mpirun_command(hosts: list[str], provider: str, mpirun: str = MPIRUN) -> list[str]:
     """One rank per host; verbose MTL selection so the report shows the OFI MTL was used."""
     return [
-        MPIRUN,
+        mpirun,
         "-np",
         str(len(hosts)),
         "--host",
@@ -155,10 +157,17 @@ def docker_exec(container: str, argv: list[str]) -> subprocess.CompletedProcess[
     )
 
 
+def image_mpirun(container: str) -> str:
+    """The absolute path of the image's mpirun (an absolute one also sets Open MPI's prefix)."""
+    found = docker_exec(container, ["sh", "-c", "command -v mpirun"])
+    path = found.stdout.strip()
+    return path if found.returncode == 0 and path.startswith("/") else MPIRUN
+
+
 def run_job(image: str, count: int = 2, provider: str | None = None) -> JobResult:
     provider = provider or ("efa" if efa_device_args() else "tcp")
     with cluster(image, count) as hosts:
-        argv = mpirun_command(hosts, provider)
+        argv = mpirun_command(hosts, provider, image_mpirun(hosts[0]))
         proc = docker_exec(hosts[0], argv)
         output = proc.stdout + proc.stderr
         ranks, selected = parse(output)

@@ -72,7 +72,36 @@ def efa_devices(run: Run) -> list[str]:
     return sorted(n for n in found.stdout.split() if n.startswith("uverbs"))
 
 
-def verify_efa(run: Run, prefix: str = "/opt/amazon/efa", version: str | None = None) -> Report:
+DEFAULT_PREFIX = "/opt/amazon/efa"
+# The efa role records where libfabric went (/usr with the distribution's packages).
+EFA_COMPONENT = "/opt/efa-image/components/efa.json"
+
+
+def efa_prefix(run: Run) -> str:
+    """The efa component's prefix as the image records it, else /opt/amazon/efa."""
+    found = run(f"cat {EFA_COMPONENT}")
+    try:
+        prefix = json.loads(found.stdout).get("prefix") if found.rc == 0 else None
+    except (ValueError, AttributeError):
+        prefix = None
+    return str(prefix) if prefix else DEFAULT_PREFIX
+
+
+def libfabric_library(run: Run, prefix: str, fi: str) -> str:
+    """<prefix>/lib/libfabric.so.1, or (distribution packages: multiarch) the one fi_info loads."""
+    library = f"{prefix}/lib/libfabric.so.1"
+    if run(f"test -e {shlex.quote(library)}").rc == 0:
+        return library
+    for line in run(f"ldd {fi}").stdout.splitlines():
+        name, _, where = line.strip().partition(" => ")
+        if name == "libfabric.so.1" and where.startswith("/"):
+            return where.split()[0]
+    return library
+
+
+def verify_efa(run: Run, prefix: str | None = None, version: str | None = None) -> Report:
+    """`prefix` defaults to the image's record of it (efa_prefix), else /opt/amazon/efa."""
+    prefix = prefix or efa_prefix(run)
     fi = shlex.quote(f"{prefix}/bin/fi_info")
     devices = efa_devices(run)
     if devices:
@@ -94,7 +123,7 @@ def verify_efa(run: Run, prefix: str = "/opt/amazon/efa", version: str | None = 
     providers = fi_info.parse_provider_list(run(f"{fi} -l").stdout)
     report.add("efa provider built", "efa" in providers, f"fi_info -l: {' '.join(providers)}")
 
-    ldd = run(f"ldd {shlex.quote(prefix + '/lib/libfabric.so.1')}").stdout
+    ldd = run(f"ldd {shlex.quote(libfabric_library(run, prefix, fi))}").stdout
     missing = [line.split()[0] for line in ldd.splitlines() if "not found" in line]
     report.add(
         "shared libraries",
@@ -153,8 +182,10 @@ def image_facts(run: Run) -> dict[str, str]:
     if efa := components.get("efa"):
         method = str(efa.get("method", ""))
         facts["efa_method"] = RENAMED_METHODS.get(method, method)
-        key = "libfabric" if method == "source" else "efa_installer"
+        key = "efa_installer" if facts["efa_method"] == "efa_installer" else "libfabric"
         facts[key] = str(efa.get("version", ""))
+        if efa.get("prefix"):
+            facts["libfabric_in_usr"] = "yes" if efa["prefix"].rstrip("/") == "/usr" else "no"
     for name in ("nccl", "aws_ofi_nccl"):
         if name in components:
             facts[name] = str(components[name].get("version", ""))
