@@ -90,8 +90,10 @@ def test_mpirun_is_debians_5_0_7_over_that_libfabric(built):
 
 def test_the_toolchain_and_mpicc_are_gone(built):
     script = (
-        "! command -v gcc && ! command -v make && ! command -v mpicc"
-        " && ! dpkg-query -W libopenmpi-dev 2>/dev/null"
+        # openmpi-bin ships the mpicc wrapper; without a compiler and mpi.h it cannot compile.
+        "! command -v gcc && ! command -v cc && ! command -v make"
+        " && test \"$(dpkg-query -W -f '${db:Status-Status}' libopenmpi-dev)\" != installed"
+        " && test ! -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h"
         " && test ! -e /var/tmp/efa-image-build"
         ' && test -z "$(find /var/lib/apt/lists -type f ! -name lock)"'
         " && test -x /opt/efa-image/bin/mpi_allreduce_check"
