@@ -22,7 +22,8 @@ MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel
 
-.PHONY: setup image bench test lint unit packer-check ci-mirror molecule image-tests docs clean
+.PHONY: setup image bench test lint unit packer-check ci-mirror base-images molecule lane-builds \
+    lane-checks image-tests run-image-tests docs clean
 
 setup:
 	@$(STAGE) --reset
@@ -48,9 +49,29 @@ bench: setup
 	    $(if $(filter command line,$(origin MIRROR)),--mirror $(MIRROR))
 	@$(STAGE) --summary
 
+# `make test` runs its long part in two lanes side by side, one per core: the
+# scenarios that compile, then the image builds that take those components from
+# the build cache the scenarios filled; and the scenarios and image tests that
+# mostly wait on Ansible, docker and apt. Every scenario and image test is in
+# one lane (tests/test_roles.py checks it); `make molecule` and `make
+# image-tests` run all of theirs one after the other.
+BUILD_SCENARIOS := efa/default openmpi aws_ofi_nccl nccl/source
+CHECK_SCENARIOS := artifact common efa/package_refused mpi_ssh nccl/default
+BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_packer_direct.py
+CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py
+
 test: setup
-	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror molecule image-tests
+	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror base-images
+	@$(MAKE) --no-print-directory -j2 --output-sync=line lane-builds lane-checks
 	@$(STAGE) --summary
+
+lane-builds:
+	@$(MOLECULE_ALL) $(BUILD_SCENARIOS)
+	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests IMAGE_TESTS="$(BUILD_IMAGE_TESTS)"
+
+lane-checks:
+	@$(MOLECULE_ALL) $(CHECK_SCENARIOS)
+	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests:distro IMAGE_TESTS="$(CHECK_IMAGE_TESTS)"
 
 lint:
 	@$(STAGE) ruff $(BIN)/ruff check src tests roles
@@ -68,10 +89,14 @@ ci-mirror:
 	@$(STAGE) ci-mirror env EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
 	    $(BIN)/efa-image mirror create $(MIRROR) $(addprefix --name ,$(CI_MIRROR_ARTIFACTS))
 
-molecule:
+base-images:
 	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
-	@$(WITH_VENV) EFA_IMAGE_MIRROR=$(MIRROR) EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
-	    scripts/molecule-all
+
+MOLECULE_ALL := $(WITH_VENV) EFA_IMAGE_MIRROR=$(MIRROR) EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
+    scripts/molecule-all
+
+molecule: base-images
+	@$(MOLECULE_ALL)
 
 # Real `efa-image build` runs from the CI mirror (tests/image): a failing role, a
 # build killed mid-compile and its rebuild, the image's contents and an MPI job
@@ -79,11 +104,15 @@ molecule:
 # aws-ofi-nccl and nccl-tests): the CI mirror cannot hold those two.
 CI_FLAVOR := efa-reduced
 CI_PROFILE := portable
-image-tests:
-	@$(STAGE) image-base $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
-	@$(STAGE) --pytest image-tests env EFA_IMAGE_IMAGE_TESTS=1 EFA_IMAGE_MIRROR=$(MIRROR) \
+IMAGE_TESTS ?= tests/image
+IMAGE_STAGE ?= image-tests
+image-tests: base-images
+	@$(MAKE) --no-print-directory run-image-tests
+
+run-image-tests:
+	@$(STAGE) --pytest $(IMAGE_STAGE) env EFA_IMAGE_IMAGE_TESTS=1 EFA_IMAGE_MIRROR=$(MIRROR) \
 	    EFA_IMAGE_TEST_FLAVOR=$(CI_FLAVOR) EFA_IMAGE_TEST_PROFILE=$(CI_PROFILE) \
-	    $(WITH_VENV) pytest -v tests/image
+	    $(WITH_VENV) pytest -v $(IMAGE_TESTS)
 
 # Regenerates the variable tables in roles/*/README.md from meta/argument_specs.yml.
 docs:

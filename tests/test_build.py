@@ -174,3 +174,65 @@ def test_packer_vars_name_the_owner_and_cuda_home():
     assert values["build_owner"] == "pid:1"
     assert values["cuda_home"] == "/usr/lib/nvidia-cuda-toolkit"
     assert packer.packer_vars(REQUEST, {})["cuda_home"] == "/usr/local/cuda"
+
+
+class Stop(Exception):
+    """Raised where a real build would start fetching and compiling."""
+
+
+@pytest.fixture
+def unchanged(monkeypatch, tmp_path):
+    """build.build() up to the fetch, with docker stubbed: a verified image on record."""
+    from efa_image import base, context, fingerprint, preflight
+    from efa_image.artifacts import Store
+
+    monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path))
+    ctx = context.load(None, [], "portable", Store(tmp_path))
+    monkeypatch.setattr(preflight, "run", lambda *a: None)
+    monkeypatch.setattr(base, "ensure_ref", lambda ref: f"{ref}: present")
+    monkeypatch.setattr(images, "image_id", lambda ref: "sha256:" + "b" * 64)
+    monkeypatch.setattr(images, "image_size", lambda ref: 703_000_000)
+    tagged: list[str] = []
+    monkeypatch.setattr(build, "run_command", lambda argv: tagged.append(argv[-1]))
+
+    def fetch(*a):
+        raise Stop
+
+    monkeypatch.setattr(ctx.store, "get", fetch)
+    overlays = tuple(str(p) for p in ctx.overlays)
+    request = replace(REQUEST, flavor="efa-reduced", overlays=overlays, repository="t")
+    digest = fingerprint.compute(
+        build.project_root(),
+        flavor="efa-reduced",
+        profile="portable",
+        flavor_roles=ctx.catalog.roles("efa-reduced"),
+        base_image_id="sha256:" + "b" * 64,
+        artifacts=ctx.select(None, "efa-reduced", "portable").artifacts,
+        overlays=[Path(p) for p in overlays],
+        extra_vars=request.extra_vars,
+    )
+    image = "sha256:" + "c" * 64
+    fingerprint.record_verified(digest, image)
+    labels = {fingerprint.LABEL: digest.digest}
+    monkeypatch.setattr(images, "label", lambda ref, name: labels.get(name))
+    return ctx, request, image, tagged, labels
+
+
+def test_an_unchanged_build_tags_the_verified_image_and_runs_nothing(unchanged):
+    ctx, request, image, tagged, _ = unchanged
+    result = build.build(request, ctx)
+    assert result.reused and result.image == image
+    assert tagged == ["t:efa-reduced-portable", result.tags[1]] and result.fingerprint
+    assert "packer build" not in result.stages and "fetch" not in result.stages
+
+
+def test_rebuild_or_a_changed_input_builds(unchanged):
+    ctx, request, _, _, labels = unchanged
+    with pytest.raises(Stop):
+        build.build(replace(request, rebuild=True), ctx)
+    with pytest.raises(Stop):
+        build.build(replace(request, extra_vars=("efa_build_jobs=8",)), ctx)
+    # The recorded image was replaced by one without the label: built again.
+    labels.clear()
+    with pytest.raises(Stop):
+        build.build(request, ctx)

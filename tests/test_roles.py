@@ -1,5 +1,6 @@
 """Role hygiene the linters do not check: argument specs, defaults and READMEs agree."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,27 @@ def test_every_phase_of_main_carries_its_tag(role):
             assert set(include["apply"]["tags"]) == tags & PHASES
         # Preflight sets the facts every other phase reads.
         assert ("preflight" in tags) == ("always" in tags)
+
+
+def makefile_list(root, name):
+    match = re.search(rf"^{name} := (.*)$", (root / "Makefile").read_text(), re.MULTILINE)
+    assert match, f"Makefile defines no {name}"
+    return match.group(1).split()
+
+
+def test_make_tests_lanes_run_every_scenario_and_image_test_once(root):
+    """A scenario or image test left out of both lanes would silently stop running."""
+    found = root.glob("roles/*/molecule/*/molecule.yml")
+    scenarios = {f"{path.parts[-4]}/{path.parts[-2]}" for path in found}
+
+    def expand(spec):
+        return {spec} if "/" in spec else {s for s in scenarios if s.startswith(spec + "/")}
+
+    lanes = [
+        [s for spec in makefile_list(root, name) for s in sorted(expand(spec))]
+        for name in ("BUILD_SCENARIOS", "CHECK_SCENARIOS")
+    ]
+    assert sorted(lanes[0] + lanes[1]) == sorted(scenarios)
+    image_tests = {str(p.relative_to(root)) for p in root.glob("tests/image/test_*.py")}
+    files = makefile_list(root, "BUILD_IMAGE_TESTS") + makefile_list(root, "CHECK_IMAGE_TESTS")
+    assert sorted(files) == sorted(image_tests)

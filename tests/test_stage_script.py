@@ -53,3 +53,21 @@ def test_skipped_stage_is_listed_with_its_reason(tmp_path):
     proc = run(log, "--skip", "molecule:x", "the mirror lacks y")
     assert proc.returncode == 0 and "skipped: the mirror lacks y" in proc.stdout
     assert "skipped: the mirror lacks y" in run(log, "--summary").stdout
+
+
+def test_wall_clock_counts_from_reset_for_stages_side_by_side(tmp_path):
+    log = tmp_path / "stages.tsv"
+    assert run(log, "--reset").returncode == 0
+    lanes = [
+        subprocess.Popen(
+            [STAGE, name, "sleep", "0.5"],
+            env={"PATH": "/usr/bin:/bin", "EFA_IMAGE_STAGE_LOG": str(log)},
+            stdout=subprocess.DEVNULL,
+        )
+        for name in ("lane-a", "lane-b")
+    ]
+    assert [lane.wait() for lane in lanes] == [0, 0]
+    lines = {line.split()[0]: line for line in run(log, "--summary").stdout.splitlines()[1:]}
+    assert {"lane-a", "lane-b", "total", "wall"} <= set(lines)
+    total, wall = (float(lines[k].split()[-1].rstrip("s")) for k in ("total", "wall"))
+    assert total >= 1.0 and 0.5 <= wall < total

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from efa_image import base, fingerprint, images, multihost, packer, preflight, verify
+from efa_image import base, distro, fingerprint, images, multihost, packer, preflight, verify
 from efa_image.compat_facts import check_compatibility, compat_facts, needs_nvcc
 from efa_image.containers import target
 from efa_image.context import Context
@@ -127,7 +127,8 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
     with timer.step("compatibility"):
         roles, methods = catalog.roles(request.flavor), catalog.methods(request.profile)
-        check_compatibility(compat_facts(needed, roles, methods, cuda))
+        libfabric = distro.probe_for(request.base_image, methods)
+        check_compatibility(compat_facts(needed, roles, methods, cuda, libfabric))
         if not cuda.home and needs_nvcc(needed):
             raise EfaImageError(
                 f"flavour {request.flavor} with profile {request.profile} compiles against CUDA, "
