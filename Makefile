@@ -58,7 +58,7 @@ bench: setup
 BUILD_SCENARIOS := efa/default openmpi aws_ofi_nccl nccl/source
 CHECK_SCENARIOS := artifact common efa/package_refused mpi_ssh nccl/default
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_packer_direct.py
-CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py
+CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_interrupted_build.py
 
 test: setup
 	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror base-images

@@ -192,6 +192,7 @@ def unchanged(monkeypatch, tmp_path):
     monkeypatch.setattr(base, "ensure_ref", lambda ref: f"{ref}: present")
     monkeypatch.setattr(images, "image_id", lambda ref: "sha256:" + "b" * 64)
     monkeypatch.setattr(images, "image_size", lambda ref: 703_000_000)
+    monkeypatch.setattr(images, "remove_stale_build_containers", lambda: [])
     tagged: list[str] = []
     monkeypatch.setattr(build, "run_command", lambda argv: tagged.append(argv[-1]))
 

@@ -101,6 +101,8 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     with timer.step("base image"):
         print(base.ensure_ref(request.base_image), flush=True)
         base_id = images.image_id(request.base_image)
+        # Even an unchanged build cleans up after interrupted ones.
+        images.remove_stale_build_containers()
     with timer.step("fingerprint"):
         inputs = fingerprint.compute(
             root,
@@ -122,7 +124,6 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
             context.store.get(artifact)
         print(f"{len(needed)} artifacts verified in the cache", flush=True)
     with timer.step("base probe"):
-        images.remove_stale_build_containers()
         cuda = images.probe_cuda(request.base_image)
         print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
     with timer.step("compatibility"):

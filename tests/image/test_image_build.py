@@ -1,123 +1,32 @@
-"""`efa-image build` end to end on the CI mirror: a failing role, an interrupted build,
-the rebuild, and an MPI job across two containers of the result.
+"""`efa-image build` end to end on the CI mirror: the build, its report and contents,
+an MPI job across two containers of the result, its unchanged rebuild and `--tags verify`.
 
 The flavour and profile are the ones the CI mirror can build from reachable
-sources (EFA_IMAGE_TEST_FLAVOR, EFA_IMAGE_TEST_PROFILE; see the Makefile).
+sources (EFA_IMAGE_TEST_FLAVOR, EFA_IMAGE_TEST_PROFILE; see the Makefile). A failing
+and an interrupted build are tests/image/test_interrupted_build.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
+from imagebuild import FLAVOR, PROFILE, REPOSITORY, build_argv, docker
 
 from efa_image import buildcache, multihost
 from efa_image.paths import project_root
-
-FLAVOR = os.environ.get("EFA_IMAGE_TEST_FLAVOR", "efa")
-PROFILE = os.environ.get("EFA_IMAGE_TEST_PROFILE", "portable")
-MIRROR = os.environ.get("EFA_IMAGE_MIRROR", "")
-BASE = os.environ.get("EFA_IMAGE_BASE", "efa-image/base:debian13")
-REPOSITORY = "efa-image-test"
-OWNER_LABEL = "org.efa-image.build-owner"
-
-
-def build_argv(*extra: str) -> list[str]:
-    argv = [sys.executable, "-m", "efa_image", "build", "--flavor", FLAVOR, "--profile", PROFILE]
-    argv += ["--base-image", BASE, "--repository", REPOSITORY]
-    return argv + (["--mirror", MIRROR] if MIRROR else []) + list(extra)
-
-
-def docker(*argv: str) -> str:
-    return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True).stdout
-
-
-# make test runs other image builds side by side (its second lane): these tests
-# look only at images of their flavour and profile and at their own builds' containers.
-def image_ids() -> set[str]:
-    labels = [f"label=org.efa-image.flavor={FLAVOR}", f"label=org.efa-image.profile={PROFILE}"]
-    return set(docker("images", "-aq", "--no-trunc", *(f"--filter={f}" for f in labels)).split())
-
-
-def build_containers(pid: int) -> list[str]:
-    """The build containers of the efa-image process `pid` (packer labels them)."""
-    return docker("ps", "-aq", "--filter", f"label={OWNER_LABEL}=pid:{pid}").split()
-
-
-# The killed build's process, for the rebuild that must clean up after it.
-KILLED: dict[str, int] = {}
-
-
-def test_failing_role_leaves_no_image_and_shows_ansibles_error():
-    """A provider whose dependencies are missing makes libfabric's configure fail mid-build."""
-    before = image_ids()
-    providers = '{"efa_libfabric_providers": ["efa", "tcp", "psm3"]}'
-    proc = subprocess.Popen(
-        build_argv("--extra-var", providers),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output, _ = proc.communicate()
-    assert proc.returncode != 0
-    assert "no image was committed or tagged. Ansible reported:" in output
-    # The shared build path (common's build_component) runs libfabric's steps.
-    assert "TASK [common : Run the build steps of libfabric]" in output
-    assert "(item=configure)" in output.split("Ansible reported:")[-1]
-    assert "psm3" in output.split("Ansible reported:")[-1]
-    assert image_ids() == before
-    assert build_containers(proc.pid) == []
-
-
-def read_lines(stream, lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
-def test_build_killed_during_a_compile_then_rebuilt(tmp_path_factory):
-    """SIGKILL to the whole build (efa-image, packer, ansible) during libfabric's build steps.
-
-    Without the build cache: an earlier stage may have cached libfabric already.
-    """
-    proc = subprocess.Popen(
-        build_argv("--build-cache", "off"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=read_lines, args=(proc.stdout, lines), daemon=True).start()
-    deadline, seen = time.monotonic() + 900, []
-    try:
-        while time.monotonic() < deadline:
-            line = lines.get(timeout=deadline - time.monotonic())
-            assert line is not None, "the build ended before compiling:\n" + "".join(seen[-40:])
-            seen.append(line)
-            if "TASK [common : Run the build steps of libfabric]" in line:
-                break
-        time.sleep(5)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert any("Run the build steps of libfabric" in line for line in seen)
-    # The killed build's container stays behind until the next build removes it.
-    assert build_containers(proc.pid)
-    KILLED["pid"] = proc.pid
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict:
     report = tmp_path_factory.mktemp("build") / "report.json"
-    proc = subprocess.run(build_argv("--report", str(report)), capture_output=True, text=True)
+    # --rebuild: a verified image of the same inputs from an earlier run would be reused.
+    argv = build_argv("--report", str(report), "--rebuild")
+    proc = subprocess.run(argv, capture_output=True, text=True)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
     data = json.loads(report.read_text())
@@ -125,10 +34,7 @@ def built(tmp_path_factory) -> dict:
     return data
 
 
-def test_rebuild_after_the_interrupted_build_succeeds(built):
-    assert "removed build containers of interrupted builds" in built["output"]
-    assert "pid" in KILLED, "the interrupted build did not run"
-    assert build_containers(KILLED["pid"]) == []
+def test_the_build_is_tagged_as_the_image_it_reports(built):
     assert f"{REPOSITORY}:{FLAVOR}-{PROFILE}" in built["tags"]
     assert (
         docker("image", "inspect", "--format", "{{.Id}}", built["tags"][0]).strip()

@@ -1,0 +1,38 @@
+"""What the image tests share: the build they run and the docker state they inspect.
+
+make test runs image builds in two lanes side by side, so tests look only at
+images of their own flavour and profile and at their own builds' containers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+FLAVOR = os.environ.get("EFA_IMAGE_TEST_FLAVOR", "efa")
+PROFILE = os.environ.get("EFA_IMAGE_TEST_PROFILE", "portable")
+MIRROR = os.environ.get("EFA_IMAGE_MIRROR", "")
+BASE = os.environ.get("EFA_IMAGE_BASE", "efa-image/base:debian13")
+REPOSITORY = "efa-image-test"
+OWNER_LABEL = "org.efa-image.build-owner"
+
+
+def build_argv(*extra: str, flavor: str = FLAVOR, profile: str = PROFILE) -> list[str]:
+    argv = [sys.executable, "-m", "efa_image", "build", "--flavor", flavor, "--profile", profile]
+    argv += ["--base-image", BASE, "--repository", REPOSITORY]
+    return argv + (["--mirror", MIRROR] if MIRROR else []) + list(extra)
+
+
+def docker(*argv: str) -> str:
+    return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True).stdout
+
+
+def image_ids(flavor: str = FLAVOR, profile: str = PROFILE) -> set[str]:
+    labels = [f"label=org.efa-image.flavor={flavor}", f"label=org.efa-image.profile={profile}"]
+    return set(docker("images", "-aq", "--no-trunc", *(f"--filter={f}" for f in labels)).split())
+
+
+def build_containers(pid: int) -> list[str]:
+    """The build containers of the efa-image process `pid` (packer labels them)."""
+    return docker("ps", "-aq", "--filter", f"label={OWNER_LABEL}=pid:{pid}").split()
