@@ -231,11 +231,14 @@ def artifact_for(path: Path, sha256: str) -> lock.Artifact:
     return lock.Artifact("x", "1", "role", path.name, ("file:///x",), sha256)
 
 
-def test_place_verified_links_a_verified_file(tmp_path):
+def test_place_verified_copies_a_verified_file_readable_by_all(tmp_path):
     source = tmp_path / "a.tar"
     source.write_bytes(b"archive")
+    source.chmod(0o600)  # as the artifact cache keeps its files
     dest = bench.place_verified(source, artifact_for(source, sha256_of(source)), tmp_path / "ctx/a")
     assert dest.read_bytes() == b"archive"
+    # docker's layer cache keys COPY by mode too: one mode whatever the source's.
+    assert dest.stat().st_mode & 0o777 == 0o644
     # Placing again replaces what is there.
     bench.place_verified(source, artifact_for(source, sha256_of(source)), dest)
 

@@ -393,13 +393,16 @@ def build_supports_rebuild() -> bool:
 
 
 def place_verified(source: Path, artifact: Artifact, dest: Path) -> Path:
-    """Link (or copy) a verified file to dest and check its sha256 there before use."""
+    """Copy a verified file to dest, readable by all, and check its sha256 there before use.
+
+    A copy, not a link: docker's layer cache keys COPY by the file's mode as well
+    as its content, and the artifact cache keeps its files private (0600), so a
+    link would make the recipe's cache depend on where the file came from."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.unlink(missing_ok=True)
-    try:
-        os.link(source, dest)
-    except OSError:
-        shutil.copyfile(source, dest)
+    partial = dest.with_name(f".{dest.name}.partial")
+    shutil.copyfile(source, partial)
+    os.chmod(partial, 0o644)
+    os.replace(partial, dest)
     actual = sha256_of(dest)
     if actual != artifact.sha256:
         raise BenchError(
