@@ -173,6 +173,16 @@ def test_cache_notes_name_compiles_a_rebuild_should_not_have_done():
     assert notes[0].startswith("unchanged: the build cache missed for openmpi")
 
 
+def test_run_notes_explain_the_recipes_bump_and_a_busy_machine():
+    idle = {"cpus": 2, "load_average": [0.5, 0.5, 0.5], "load_average_end": [1.0, 1.0, 1.0]}
+    assert bench.run_notes(idle, {}) == []
+    busy = {**idle, "load_average_end": [5.3, 4.0, 3.0]}
+    (note,) = bench.run_notes(busy, {})
+    assert note.startswith("load average 5.3 on 2 CPUs")
+    notes = bench.run_notes(idle, {"doc-one-bump": run("doc-one-bump", 400)})
+    assert "rebuilds every step" in notes[0]
+
+
 def test_nccl_version_code():
     assert bench.nccl_version_code("2.30.4") == 23004
     assert bench.nccl_version_code("2.30.4-1") == 23004

@@ -348,6 +348,24 @@ def cache_notes(runs: Mapping[str, Run], bumped: Sequence[str]) -> list[str]:
     return notes
 
 
+def run_notes(machine: Mapping[str, Any], runs: Mapping[str, Run]) -> list[str]:
+    """What a reader of the times must know about how they were taken."""
+    notes = []
+    if "doc-one-bump" in runs:
+        notes.append(
+            "doc recipe one-bump: the recipe declares its versions at the top, as the guide "
+            "does, so moving one rebuilds every step after them"
+        )
+    cpus = machine.get("cpus") or 0
+    loads = [*machine.get("load_average", [])[:1], *machine.get("load_average_end", [])[:1]]
+    if cpus and any(load > cpus for load in loads):
+        notes.append(
+            f"load average {max(loads):.1f} on {cpus} CPUs at the start or end: other work "
+            "ran beside the bench, so its times are longer than on an idle machine"
+        )
+    return notes
+
+
 # Running the builds ---------------------------------------------------------------
 
 
@@ -696,9 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             name: {"from": old, "to": new} for name, (old, new) in bench.bumped.items()
         }
     info["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    report = make_report(
-        info, runs, skipped, cache_notes(runs, list(info.get("bumped", {}))), failed
-    )
+    notes = cache_notes(runs, list(info.get("bumped", {}))) + run_notes(info["machine"], runs)
+    report = make_report(info, runs, skipped, notes, failed)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print()
     print(render_table(report))
