@@ -65,11 +65,13 @@ def test_compiled_components_went_through_the_build_cache(built):
         assert list(cache.glob(f"{component}-*.tar.gz")), f"no {component} entry in {cache}"
 
 
-def test_image_holds_no_toolchain_build_tree_or_apt_lists(built):
+def test_image_holds_no_toolchain_build_tree_docs_or_apt_lists(built):
     script = (
         "! command -v gcc && ! command -v make && test ! -e /var/tmp/efa-image-build"
         ' && test -z "$(find /var/lib/apt/lists -type f ! -name lock)"'
         " && test -x /opt/efa-image/bin/mpi_allreduce_check && /usr/sbin/sshd -t"
+        # No documentation or man pages of the compiled components (build_component).
+        " && test ! -e /opt/amazon/openmpi/share/doc && test ! -e /opt/amazon/efa/share/man"
     )
     proc = subprocess.run(
         ["docker", "run", "--rm", built["image"], "sh", "-c", script],
