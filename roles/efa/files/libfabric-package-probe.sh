@@ -1,7 +1,8 @@
 #!/bin/sh
 # What the distribution's libfabric package offers, without installing anything:
 # the installed package when there is one, else apt's candidate, whose .deb is
-# downloaded into a temporary directory and unpacked there. Prints
+# downloaded into apt's archive cache (where the install then finds it: one
+# download per build) and unpacked in a temporary directory. Prints
 #   source installed|candidate|none, version <Debian version>, efa yes|no
 #   (libfabric.so.1 links libefa.so.1 and calls efadv_*: the EFA provider is
 #   built in; whether it registers without a device depends on the version), and
@@ -37,9 +38,11 @@ if [ -z "$version" ] || [ "$version" = "(none)" ]; then
 fi
 echo "source candidate"
 echo "version $version"
+archives=/var/cache/apt/archives
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cd "$work"
-apt-get download -qq "$package=$version" >&2
-dpkg-deb -x ./*.deb unpacked
-has_efa "$(find unpacked -name 'libfabric.so.1*' -type f | head -n 1)"
+# apt-get download names the file as apt's cache does (<name>_<version, ':' as %3a>_<arch>.deb)
+# and checks it against the signed index; the build's cleanup empties the cache.
+(cd "$archives" && apt-get download -qq "$package=$version" >&2)
+dpkg-deb -x "$archives/${package}_$(echo "$version" | sed 's/:/%3a/')_$(dpkg --print-architecture).deb" "$work"
+has_efa "$(find "$work" -name 'libfabric.so.1*' -type f | head -n 1)"
