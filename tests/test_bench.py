@@ -267,10 +267,7 @@ class StubBench(bench.Bench):
     def __init__(self, options, work, profiles=("portable", "distro")):
         self.calls = []
         self.profiles = profiles
-        monkey = pytest.MonkeyPatch()
-        monkey.setattr(bench, "build_supports_rebuild", lambda: True)
         super().__init__(options, work)
-        monkey.undo()
 
     def project(self, name, profile, cache, cold, bump):
         self.calls.append((name, profile, cache.name, cold, bump))

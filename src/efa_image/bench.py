@@ -399,17 +399,6 @@ def image_size(ref: str) -> int:
     return images.image_size(ref)
 
 
-def build_supports_rebuild() -> bool:
-    """Whether `efa-image build` has --rebuild (its unchanged-image reuse is new)."""
-    helptext = subprocess.run(
-        [sys.executable, "-m", "efa_image", "build", "--help"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    return "--rebuild" in helptext
-
-
 def place_verified(source: Path, artifact: Artifact, dest: Path) -> Path:
     """Copy a verified file to dest, readable by all, and check its sha256 there before use.
 
@@ -460,7 +449,6 @@ class Bench:
         self.runs: dict[str, Run] = {}
         self.skipped: dict[str, str] = {}
         self.base_bytes = 0
-        self.rebuild = build_supports_rebuild()
         # What the one-bump moves: name -> (version before, after).
         self.bumped = moved_components(self.lock(options.profile), self.lock(options.profile, True))
 
@@ -489,7 +477,7 @@ class Bench:
             argv += ["--mirror", self.options.mirror]
         if bump:
             argv += ["--lock-overlay", str(self.options.root / BUMP_OVERLAY)]
-        if cold and self.rebuild:
+        if cold:
             argv.append("--rebuild")
         argv += self.options.build_options
         env = {"EFA_IMAGE_CACHE": str(cache), "EFA_IMAGE_BUILD_CACHE": str(cache / "builds")}
