@@ -56,7 +56,7 @@ build {
   }
 
   post-processor "manifest" {
-    output     = "${path.root}/../build/packer-manifest.json"
+    output     = var.manifest != "" ? var.manifest : "${path.root}/../build/packer-manifest.json"
     strip_path = true
     custom_data = {
       fingerprint = var.fingerprint

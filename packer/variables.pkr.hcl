@@ -84,6 +84,12 @@ variable "labels" {
   description = "Extra labels for the Docker image (efa-image build adds component versions)."
 }
 
+variable "manifest" {
+  type        = string
+  default     = ""
+  description = "Where Packer's manifest post-processor writes (default: build/packer-manifest.json); efa-image build gives each build its own file, so builds side by side never read each other's image."
+}
+
 variable "fingerprint" {
   type        = string
   default     = ""

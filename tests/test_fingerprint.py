@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,14 +17,33 @@ LIBFABRIC = Artifact("libfabric", "2.1.0", "efa", "libfabric.tar.xz", ("https://
 OPENMPI = Artifact("openmpi", "5.0.7", "openmpi", "openmpi.tar.xz", ("https://y/",), "b" * 64)
 
 
-@pytest.fixture
-def project(tmp_path: Path, root: Path) -> Path:
-    """A copy of the project's roles, playbooks and shared inputs to change."""
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, root_dir: Path) -> Path:
+    """One copy of the project's roles, playbooks and shared inputs for the module."""
+    tmp_path = tmp_path_factory.mktemp("project")
     for name in ("roles", "playbooks", "packer", "src/efa_image"):
-        shutil.copytree(root / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(root / "ansible.cfg", tmp_path / "ansible.cfg")
+        shutil.copytree(
+            root_dir / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(root_dir / "ansible.cfg", tmp_path / "ansible.cfg")
     (tmp_path / "overlay.yml").write_text("efa_image_artifacts: {}\n")
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def root_dir() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def appended(path: Path):
+    """The file with a comment line added, restored afterwards."""
+    original = path.read_bytes()
+    path.write_bytes(original + b"\n# changed\n")
+    try:
+        yield
+    finally:
+        path.write_bytes(original)
 
 
 def compute(project: Path, **changes) -> fingerprint.Fingerprint:
@@ -87,9 +107,8 @@ def test_each_changed_input_changes_the_fingerprint(project, changes):
 )
 def test_a_changed_file_that_reaches_the_image_changes_the_fingerprint(project, path):
     before = compute(project).digest
-    with (project / path).open("a") as f:
-        f.write("\n# changed\n")
-    assert compute(project).digest != before
+    with appended(project / path):
+        assert compute(project).digest != before
 
 
 @pytest.mark.parametrize(
@@ -102,9 +121,8 @@ def test_a_changed_file_that_reaches_the_image_changes_the_fingerprint(project, 
 )
 def test_tests_docs_and_roles_that_do_not_run_leave_it_unchanged(project, path):
     before = compute(project).digest
-    with (project / path).open("a") as f:
-        f.write("\n# changed\n")
-    assert compute(project).digest == before
+    with appended(project / path):
+        assert compute(project).digest == before
 
 
 def test_only_a_verified_record_names_an_image(tmp_path, project):

@@ -137,16 +137,24 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
                 "(nvidia/cuda:<ver>-devel-ubuntu22.04, or efa-image/base:debian13-cuda here)"
             )
     versions = result.components = component_versions(needed)
-    var_file = out / f"{request.flavor}-{request.profile}.pkrvars.json"
+    # Per build process: builds side by side (make test's lanes) must never read
+    # each other's variables or image. An earlier run's manifest is never this run's.
+    var_file = out / f"{request.flavor}-{request.profile}.{os.getpid()}.pkrvars.json"
+    manifest = out / f"packer-manifest.{os.getpid()}.json"
+    manifest.unlink(missing_ok=True)
     owner = f"pid:{os.getpid()}"
     path = images.base_path(request.base_image)
-    variables = packer.packer_vars(request, versions, path, owner, cuda.home, inputs.digest)
+    variables = packer.packer_vars(
+        request, versions, path, owner, cuda.home, inputs.digest, str(manifest)
+    )
     var_file.write_text(json.dumps(variables, indent=2) + "\n")
-    manifest = out / "packer-manifest.json"
-    # An earlier run's manifest must never be mistaken for this run's result.
-    manifest.unlink(missing_ok=True)
     with timer.step("packer build"):
-        image, output = packer.packer_build(root, var_file, manifest)
+        try:
+            image, output = packer.packer_build(root, var_file, manifest)
+        finally:
+            var_file.unlink(missing_ok=True)
+        # Where users and the README look for the last build's manifest.
+        manifest.replace(out / "packer-manifest.json")
         result.roles = packer.role_durations(output)
         result.build_cache = packer.build_cache_outcomes(output)
     with timer.step("verify"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ INCLUDE_KEYS = {
 NOT_IN_IMAGE = {"molecule", "README.md", "__pycache__"}
 # Beside the roles, what every build runs (relative to the project root).
 SHARED_INPUTS = ("playbooks", "packer", "ansible.cfg", "src/efa_image")
+# libyaml's loader where PyYAML has it: every build parses every task file.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ def _yaml_files(directory: Path) -> Iterator[Path]:
 def _references(files: Iterable[Path]) -> set[str]:
     names: set[str] = set()
     for path in files:
-        names.update(_included_roles(yaml.safe_load(path.read_text())))
+        names.update(_included_roles(yaml.load(path.read_text(), Loader=SAFE_LOADER)))
     return names
 
 
@@ -149,7 +152,7 @@ def record_verified(fingerprint: Fingerprint, image: str, directory: Path | None
     directory = directory or records_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{fingerprint.digest}.json"
-    partial = path.with_suffix(".partial")
+    partial = path.with_suffix(f".{os.getpid()}.partial")
     record = {
         "image": image,
         "verified": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -34,6 +34,7 @@ def packer_vars(
     owner: str = "manual",
     cuda_home: str = "",
     fingerprint: str = "",
+    manifest: str = "",
 ) -> dict[str, object]:
     """The variables of packer/variables.pkr.hcl for one build."""
     labels = {f"org.efa-image.component.{name}": v for name, v in versions.items()}
@@ -51,6 +52,7 @@ def packer_vars(
         "build_owner": owner,
         "cuda_home": cuda_home or CUDA_HOMES[0],
         "fingerprint": fingerprint,
+        "manifest": manifest,
     }
 
 
