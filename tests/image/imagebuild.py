@@ -6,9 +6,11 @@ images of their own flavour and profile and at their own builds' containers.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 FLAVOR = os.environ.get("EFA_IMAGE_TEST_FLAVOR", "efa")
 PROFILE = os.environ.get("EFA_IMAGE_TEST_PROFILE", "portable")
@@ -36,3 +38,15 @@ def image_ids(flavor: str = FLAVOR, profile: str = PROFILE) -> set[str]:
 def build_containers(pid: int) -> list[str]:
     """The build containers of the efa-image process `pid` (packer labels them)."""
     return docker("ps", "-aq", "--filter", f"label={OWNER_LABEL}=pid:{pid}").split()
+
+
+def build_and_report(report: Path, flavor: str = FLAVOR, profile: str = PROFILE) -> dict:
+    """One real build (--rebuild: an earlier run's verified image would be reused), its
+    report with the build's output."""
+    argv = build_argv("--report", str(report), "--rebuild", flavor=flavor, profile=profile)
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-5000:]
+    data = json.loads(report.read_text())
+    data["output"] = output
+    return data

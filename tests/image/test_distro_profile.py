@@ -11,15 +11,10 @@ scenario package_refused (before any change, in a container of that base).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
-
-MIRROR = os.environ.get("EFA_IMAGE_MIRROR", "")
-BASE = "efa-image/base:debian13"
-REPOSITORY = "efa-image-test"
+from imagebuild import REPOSITORY, build_and_report
 
 
 def in_image(image: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -31,15 +26,7 @@ def in_image(image: str, script: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict:
     report = tmp_path_factory.mktemp("distro") / "report.json"
-    argv = [sys.executable, "-m", "efa_image", "build", "--flavor", "efa-reduced"]
-    argv += ["--profile", "distro", "--base-image", BASE, "--repository", REPOSITORY]
-    argv += (["--mirror", MIRROR] if MIRROR else []) + ["--report", str(report)]
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-5000:]
-    data = json.loads(report.read_text())
-    data["output"] = output
-    return data
+    return build_and_report(report, flavor="efa-reduced", profile="distro")
 
 
 def test_it_was_verified_with_the_ofi_mtl_across_two_containers(built):

@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from imagebuild import FLAVOR, PROFILE, REPOSITORY, build_argv, docker
+from imagebuild import FLAVOR, PROFILE, REPOSITORY, build_and_report, build_argv, docker
 
 from efa_image import buildcache, multihost
 from efa_image.paths import project_root
@@ -23,15 +23,7 @@ from efa_image.paths import project_root
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict:
-    report = tmp_path_factory.mktemp("build") / "report.json"
-    # --rebuild: a verified image of the same inputs from an earlier run would be reused.
-    argv = build_argv("--report", str(report), "--rebuild")
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-5000:]
-    data = json.loads(report.read_text())
-    data["output"] = output
-    return data
+    return build_and_report(tmp_path_factory.mktemp("build") / "report.json")
 
 
 def test_the_build_is_tagged_as_the_image_it_reports(built):
