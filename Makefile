@@ -54,15 +54,16 @@ bench: setup
 # the build cache the scenarios filled; and the scenarios and image tests that
 # mostly wait on Ansible, docker and apt. Every scenario and image test is in
 # one lane (tests/test_roles.py checks it); `make molecule` and `make
-# image-tests` run all of theirs one after the other.
+# image-tests` run all of theirs one after the other. Output is not synchronised:
+# both lanes' lines interleave as they come, so long steps show progress.
 BUILD_SCENARIOS := efa/default openmpi aws_ofi_nccl nccl/source
 CHECK_SCENARIOS := artifact common efa/package_refused mpi_ssh nccl/default
-BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_packer_direct.py
-CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_interrupted_build.py
+BUILD_IMAGE_TESTS := tests/image/test_image_build.py
+CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
 
 test: setup
 	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror base-images
-	@$(MAKE) --no-print-directory -j2 --output-sync=line lane-builds lane-checks
+	@$(MAKE) --no-print-directory -j2 lane-builds lane-checks
 	@$(STAGE) --summary
 
 lane-builds:
