@@ -98,6 +98,7 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         selection = context.select(None, request.flavor, request.profile)
         preflight.run(context, selection)
         needed = selection.artifacts
+    versions = result.components = component_versions(needed)
     with timer.step("base image"):
         print(base.ensure_ref(request.base_image), flush=True)
         base_id = images.image_id(request.base_image)
@@ -117,7 +118,6 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         result.fingerprint = inputs.digest
         reusable = None if request.rebuild else reusable_image(inputs.digest)
     if reusable:
-        result.components = component_versions(needed)
         return reuse(reusable, request, result, timer)
     with timer.step("fetch"):
         for artifact in needed:
@@ -136,7 +136,6 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
                 f"and {request.base_image} has no nvcc: use a CUDA devel base image "
                 "(nvidia/cuda:<ver>-devel-ubuntu22.04, or efa-image/base:debian13-cuda here)"
             )
-    versions = result.components = component_versions(needed)
     # Per build process: builds side by side (make test's lanes) must never read
     # each other's variables or image. An earlier run's manifest is never this run's.
     var_file = out / f"{request.flavor}-{request.profile}.{os.getpid()}.pkrvars.json"
@@ -166,10 +165,7 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
             raise
     fingerprint.record_verified(inputs, image)
     tag(image, request, versions, result)
-    result.stages = {name: round(secs, 1) for name, secs, _ in timer.records}
-    print(timer.summary())
-    print_summary(result)
-    return result
+    return finish(result, timer)
 
 
 def reusable_image(digest: str) -> str | None:
@@ -189,6 +185,11 @@ def reuse(image: str, request: BuildRequest, result: BuildResult, timer: StepTim
     )
     result.reused = True
     tag(image, request, result.components, result)
+    return finish(result, timer)
+
+
+def finish(result: BuildResult, timer: StepTimer) -> BuildResult:
+    """The stage durations into the result, and the summary a build ends with."""
     result.stages = {name: round(secs, 1) for name, secs, _ in timer.records}
     print(timer.summary())
     print_summary(result)
