@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from efa_image import nearest
+from efa_image import nearest, smdistributed
 from efa_image.artifacts import Check
 from efa_image.context import Context, Selection
 from efa_image.errors import EfaImageError
@@ -18,6 +18,10 @@ from efa_image.errors import EfaImageError
 
 def run(context: Context, selection: Selection, suggest: bool = True) -> list[Check]:
     """Check the selection, print each outcome, and stop with the remedies if any failed."""
+    # Needs no download: a lock entry that is no known smdistributed build, or a
+    # flavour with smdistributed but no PyTorch, is refused before anything else.
+    roles = context.catalog.roles(selection.flavor) if selection.flavor else None
+    smdistributed.check_lock(selection.artifacts, roles)
     start = time.monotonic()
     checks = context.store.preflight(selection.artifacts)
     for check in checks:
