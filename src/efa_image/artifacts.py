@@ -54,6 +54,11 @@ def mirror_url(mirror: str, artifact: Artifact) -> str:
     return (Path(mirror).resolve() / artifact.mirror_path()).as_uri()
 
 
+def _flat(name: str) -> str:
+    """A name as one path component: a wheel set's files are named `<set>/<project>`."""
+    return name.replace("/", "_")
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -163,7 +168,7 @@ class Store:
         """One download per artifact at a time, across processes."""
         locks = self.cache_dir / "locks"
         locks.mkdir(parents=True, exist_ok=True)
-        key = artifact.sha256 or f"{artifact.name}-{artifact.version}"
+        key = artifact.sha256 or f"{_flat(artifact.name)}-{artifact.version}"
         with (locks / f"{key}.lock").open("w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
@@ -227,7 +232,7 @@ class Store:
         for url in self.sources(artifact):
             tmp_dir = self.cache_dir / "tmp"
             tmp_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(dir=tmp_dir, prefix=f"{artifact.name}-")
+            fd, tmp_name = tempfile.mkstemp(dir=tmp_dir, prefix=f"{_flat(artifact.name)}-")
             os.close(fd)
             tmp = Path(tmp_name)
             try:

@@ -20,6 +20,7 @@ from efa_image.errors import EfaImageError
 from efa_image.timing import StepTimer
 
 if TYPE_CHECKING:  # these need PyYAML, which `setup` runs without
+    from efa_image.artifacts import Store
     from efa_image.context import Context, Selection
 
 WORKFLOW = """\
@@ -67,16 +68,22 @@ def cmd_base(args: argparse.Namespace) -> None:
     print(timer.summary())
 
 
-def _context(args: argparse.Namespace, allow_unpinned: bool = False) -> Context:
-    """The lock, store and catalog the options name (see efa_image.context)."""
-    from efa_image import artifacts, context
+def _store(args: argparse.Namespace, allow_unpinned: bool = False) -> Store:
+    from efa_image import artifacts
 
-    store = artifacts.Store(
+    return artifacts.Store(
         cache_dir=Path(args.cache) if args.cache else None,
         mirror=args.mirror or None,
         allow_unpinned=allow_unpinned or getattr(args, "allow_unpinned", False),
         timeout=args.timeout,
     )
+
+
+def _context(args: argparse.Namespace, allow_unpinned: bool = False) -> Context:
+    """The lock, store and catalog the options name (see efa_image.context)."""
+    from efa_image import context
+
+    store = _store(args, allow_unpinned)
     # Selection by name alone, and the lock subcommands, use no profile's overlay.
     by_name = getattr(args, "name", None) and not getattr(args, "profile", None)
     profile = None if by_name or not hasattr(args, "profile") else args.profile or ""
@@ -126,8 +133,21 @@ def cmd_lock_list(args: argparse.Namespace) -> None:
 
 
 def cmd_lock_update(args: argparse.Namespace) -> None:
-    from efa_image import pin
+    from efa_image import lock, pin, wheelset
 
+    lock_path = Path(args.lock) if args.lock else lock.default_lock_path()
+    # A wheel set is resolved before the lock can parse it (its wheels may not exist yet).
+    spec = wheelset.read_spec(lock_path, args.name)
+    if spec is not None:
+        start = time.monotonic()
+        updated = wheelset.update(lock_path, spec, _store(args, allow_unpinned=False))
+        state = "changed" if updated.diff else "already pinned"
+        sys.stdout.write(updated.diff)
+        print(
+            f"{updated.name} {updated.version}: {updated.count} wheels resolved, fetched and "
+            f"verified, {state} ({time.monotonic() - start:.0f}s)"
+        )
+        return
     context = _context(args, allow_unpinned=True)
     pinned = pin.pin(context.lock, context.store, args.name)
     if not pinned.diff:
@@ -364,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=cmd_lock_list)
     update = lock_sub.add_parser(
         "update",
-        help="download NAME, compute its sha256 and write it into the lock (shows the diff)",
+        help="download NAME, compute its sha256 and write it into the lock (shows the diff); "
+        "for a wheel set, resolve its dependency closure on its index and pin every wheel",
     )
     update.add_argument("name", metavar="NAME")
     _artifact_options(update, selection=False)

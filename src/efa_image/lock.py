@@ -4,10 +4,18 @@ The lock lives in playbooks/group_vars/all/versions.yml (`efa_image_artifacts`),
 so Ansible and this package read the same data. An overlay file may replace
 fields of existing entries (`efa_image_artifacts_overlay`), as the CI mirror's
 lock does; it may not invent components.
+
+An entry of `kind: wheelset` is a requirement resolved with its whole dependency
+closure (PyTorch and its nvidia-* CUDA wheels): `wheels` lists every file with
+its URLs and sha256, and parsing turns each into an Artifact of its own, named
+`<set>/<project>` (so the cache, the mirror, the pre-flight and the artifact role
+handle every file as they handle any wheel); naming the set selects them all.
+`efa-image lock update <set>` writes the list (efa_image.wheelset).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -26,6 +34,17 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REQUIRED = ("version", "role", "filename", "urls")
 OPTIONAL = ("sha256", "methods", "kind", "description")
 KINDS = ("file", "wheel")
+WHEELSET = "wheelset"
+WHEELSET_REQUIRED = ("version", "role", "wheels")
+# resolve: the inputs of `efa-image lock update`; excluded: what it left out, with
+# the version the resolution would have installed.
+WHEELSET_OPTIONAL = ("methods", "kind", "description", "resolve", "excluded")
+WHEEL_FIELDS = ("filename", "urls", "sha256")
+# name-version[-build]-python-abi-platform.whl (PEP 427).
+WHEEL_FILENAME = re.compile(
+    r"^(?P<project>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[^-]+)"
+    r"(?:-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$"
+)
 URL_SCHEMES = ("https://", "http://", "file://")
 
 
@@ -45,6 +64,8 @@ class Artifact:
     kind: str = "file"
     description: str = ""
     origin: str = field(default="", compare=False)
+    # The wheel set this file belongs to ("" for an entry of its own).
+    wheelset: str = ""
 
     @property
     def pinned(self) -> bool:
@@ -121,6 +142,74 @@ def parse_entry(name: str, entry: Any, where: str) -> Artifact:
     )
 
 
+def canonical_project(name: str) -> str:
+    """PEP 503's normalised name: 'Jinja2' -> 'jinja2', 'nvidia_nccl_cu12' -> 'nvidia-nccl-cu12'."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_wheel_filename(filename: str, where: str) -> tuple[str, str]:
+    """(normalised project, version) of a wheel file name; LockError when it is none."""
+    match = WHEEL_FILENAME.match(filename)
+    if match is None:
+        raise LockError(
+            f"{where}: {filename!r} is not a wheel file name (name-version-...-platform.whl)"
+        )
+    return canonical_project(match.group("project")), match.group("version")
+
+
+def _urls(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list) or not value:
+        raise LockError(f"{where}.urls: expected a list of URLs")
+    for url in value:
+        if not str(url).startswith(URL_SCHEMES):
+            raise LockError(f"{where}.urls: {url!r} is not an http(s) or file URL")
+    return tuple(str(url) for url in value)
+
+
+def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Artifact]:
+    """One Artifact (kind wheel) per file of the set, named `<set>/<project>`."""
+    unknown = sorted(set(entry) - set(WHEELSET_REQUIRED) - set(WHEELSET_OPTIONAL))
+    if unknown:
+        allowed = ", ".join(WHEELSET_REQUIRED + WHEELSET_OPTIONAL)
+        raise LockError(f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {allowed})")
+    missing = [key for key in WHEELSET_REQUIRED[:2] if not entry.get(key)]
+    if missing:
+        raise LockError(f"{where}: missing {', '.join(missing)}")
+    wheels = entry.get("wheels")
+    if not isinstance(wheels, list) or not wheels:
+        raise LockError(f"{where}.wheels: no wheels resolved: run `efa-image lock update {name}`")
+    methods = entry.get("methods") or []
+    if not isinstance(methods, list):
+        raise LockError(f"{where}.methods: expected a list of role methods")
+    members: dict[str, Artifact] = {}
+    for index, wheel in enumerate(wheels):
+        at = f"{where}.wheels[{index}]"
+        if not isinstance(wheel, Mapping) or sorted(wheel) != sorted(WHEEL_FIELDS):
+            raise LockError(f"{at}: expected exactly the fields {', '.join(WHEEL_FIELDS)}")
+        filename = _text(wheel["filename"])
+        project, version = parse_wheel_filename(filename, at)
+        sha256 = _text(wheel["sha256"]).lower()
+        if not SHA256.match(sha256):
+            raise LockError(f"{at}.sha256: {wheel['sha256']!r} is not 64 hexadecimal digits")
+        member = f"{name}/{project}"
+        if member in members:
+            raise LockError(f"{at}: {project} is listed twice")
+        members[member] = Artifact(
+            name=member,
+            version=version,
+            role=_text(entry["role"]),
+            filename=filename,
+            urls=_urls(wheel["urls"], at),
+            sha256=sha256,
+            methods=tuple(str(m) for m in methods),
+            kind="wheel",
+            description=f"{project} {version}, of the wheel set {name} {_text(entry['version'])}",
+            origin=at,
+            wheelset=name,
+        )
+    return list(members.values())
+
+
 def merge_overlay(
     entries: Mapping[str, Any], overlay: Mapping[str, Any], where: str
 ) -> dict[str, Any]:
@@ -149,7 +238,20 @@ class Lock:
             raise LockError(f"{self.path}: unknown component {name!r} (known: {known})") from None
 
     def select(self, names: Iterable[str]) -> list[Artifact]:
-        return [self.get(name) for name in names]
+        return expand(self.artifacts, names, str(self.path))
+
+
+def expand(artifacts: Mapping[str, Artifact], names: Iterable[str], where: str) -> list[Artifact]:
+    """The named entries in order; a wheel set's name stands for every file of the set."""
+    selected: list[Artifact] = []
+    for name in names:
+        found = [artifacts[name]] if name in artifacts else []
+        found = found or [a for a in artifacts.values() if a.wheelset == name]
+        if not found:
+            known = sorted({a.wheelset or a.name for a in artifacts.values()})
+            raise LockError(f"{where}: unknown component {name!r} (known: {', '.join(known)})")
+        selected.extend(a for a in found if a not in selected)
+    return selected
 
 
 def read_overlay(path: Path) -> Mapping[str, Any]:
@@ -167,10 +269,14 @@ def parse_entries(entries: Any, overlays: Iterable[Path], source: str) -> dict[s
     for overlay_path in overlays:
         where = f"{overlay_path}: {OVERLAY_KEY}"
         merged = merge_overlay(merged, read_overlay(overlay_path), where)
-    return {
-        name: parse_entry(name, entry, f"{source}: {LOCK_KEY}.{name}")
-        for name, entry in merged.items()
-    }
+    parsed: dict[str, Artifact] = {}
+    for name, entry in merged.items():
+        where = f"{source}: {LOCK_KEY}.{name}"
+        if isinstance(entry, Mapping) and _text(entry.get("kind")) == WHEELSET:
+            parsed.update((member.name, member) for member in parse_wheelset(name, entry, where))
+        else:
+            parsed[name] = parse_entry(name, entry, where)
+    return parsed
 
 
 def load(path: Path | None = None, overlays: Iterable[Path] = ()) -> Lock:
@@ -209,3 +315,80 @@ def set_sha256(text: str, name: str, sha256: str) -> str:
                 lines[index] = f'{line[:indent]}sha256: "{sha256}"\n'
                 return "".join(lines)
     raise LockError(f'{LOCK_KEY}.{name}: no `sha256:` line to update (add `sha256: ""`)')
+
+
+def set_field(text: str, name: str, key: str, value: Any) -> str:
+    """Rewrite one field of an entry (a scalar, list or mapping, with whatever it nests) in
+    the lock's text, keeping everything else, comments included; `value` is written as
+    block YAML at the field's indentation."""
+    lines = text.splitlines(keepends=True)
+    in_lock = False
+    entry_indent: int | None = None
+    field_indent = 0
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if not stripped or stripped.startswith("#"):
+            continue
+        if indent == 0:
+            in_lock = stripped == f"{LOCK_KEY}:"
+            entry_indent = None
+            continue
+        if not in_lock:
+            continue
+        if entry_indent is None:
+            if stripped == f"{name}:":
+                entry_indent = indent
+            continue
+        if indent <= entry_indent:
+            break
+        field_indent = field_indent or indent
+        if indent != field_indent or not stripped.startswith(f"{key}:"):
+            continue
+        end = index + 1
+        # What the field nests: deeper lines, and a block list's items at its own indent.
+        while end < len(lines):
+            following = lines[end]
+            depth = len(following) - len(following.lstrip())
+            content = following.strip()
+            nested = depth > indent or (depth == indent and content.startswith("- "))
+            if content and not nested:
+                break
+            end += 1
+        # Blank lines and comments that end the field belong to what follows it.
+        while end > index + 1 and (
+            not lines[end - 1].strip() or lines[end - 1].strip().startswith("#")
+        ):
+            end -= 1
+        block = _render_block(key, value, indent)
+        lines[index:end] = [row + "\n" for row in block]
+        return "".join(lines)
+    raise LockError(f"{LOCK_KEY}.{name}: no `{key}:` field to update (add `{key}: []`)")
+
+
+def _render_block(key: str, value: Any, indent: int) -> list[str]:
+    """`key: value` as block YAML the way the lock is written: strings double-quoted
+    (JSON's quoting is YAML's), list items indented under their key."""
+    pad = " " * indent
+    if isinstance(value, Mapping):
+        if not value:
+            return [f"{pad}{key}: {{}}"]
+        rows = [f"{pad}{key}:"]
+        for sub, item in value.items():
+            rows += _render_block(str(sub), item, indent + 2)
+        return rows
+    if isinstance(value, list):
+        if not value:
+            return [f"{pad}{key}: []"]
+        rows = [f"{pad}{key}:"]
+        for item in value:
+            if isinstance(item, Mapping) and item:
+                inner = [
+                    row for sub, v in item.items() for row in _render_block(str(sub), v, indent + 4)
+                ]
+                rows.append(f"{pad}  - {inner[0].lstrip()}")
+                rows += inner[1:]
+            else:
+                rows.append(f"{pad}  - {json.dumps(item)}")
+        return rows
+    return [f"{pad}{key}: {json.dumps(value)}"]

@@ -3,9 +3,10 @@
     query('efa_image_artifact', 'libfabric', lock=efa_image_artifacts,
           overlays=[...], mirror='', cache='', allow_unpinned=false)
 
-returns, per name, {name, version, filename, sha256, kind, urls, sources, path}:
-urls are the lock's (upstream) URLs, sources where this build takes the file from
-(the mirror, when one is set), path the verified file in the controller's cache.
+returns, per name, {name, version, filename, sha256, kind, wheelset, urls, sources,
+path}: urls are the lock's (upstream) URLs, sources where this build takes the file
+from (the mirror, when one is set), path the verified file in the controller's cache.
+The name of a wheel set stands for all its files, one result each (wheelset: the set).
 It uses the same code as `efa-image fetch` (the efa_image package in Ansible's
 Python environment).
 
@@ -106,17 +107,14 @@ class LookupModule(LookupBase):
                 allow_unpinned=self.get_option("allow_unpinned"),
             )
             results = []
-            for name in terms:
-                if name not in parsed:
-                    known = ", ".join(sorted(parsed))
-                    raise lock.LockError(f"unknown component {name!r} (known: {known})")
-                artifact = parsed[name]
+            for artifact in lock.expand(parsed, terms, "the artifact lock"):
                 result = {
                     "name": artifact.name,
                     "version": artifact.version,
                     "filename": artifact.filename,
                     "sha256": artifact.sha256,
                     "kind": artifact.kind,
+                    "wheelset": artifact.wheelset,
                     "urls": list(artifact.urls),
                     "sources": store.sources(artifact),
                 }
