@@ -82,6 +82,12 @@ def nccl_cuda_major(spec: str) -> str | None:
     return match.group(1) if match else None
 
 
+def rmm_cuda_major(filename: str) -> str | None:
+    """CUDA major of a librmm wheel: 'librmm_cu12-26.10.0-py3-...whl' -> '12'."""
+    match = re.match(r"librmm[-_]cu(\d+)(?!\d)", filename)
+    return match.group(1) if match else None
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str

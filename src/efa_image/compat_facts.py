@@ -54,6 +54,10 @@ def compat_facts(
                 facts["nccl_cuda_major"] = major
     if "aws_ofi_nccl" in artifacts:
         facts["aws_ofi_nccl"] = artifacts["aws_ofi_nccl"].version
+    if "rmm" in roles and "rmm_wheel" in artifacts:
+        rmm_major = compat.rmm_cuda_major(artifacts["rmm_wheel"].filename)
+        if rmm_major:
+            facts["rmm_cuda_major"] = rmm_major
     if cuda.major:
         facts["base_cuda_major"] = cuda.major
     return facts
