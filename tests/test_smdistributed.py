@@ -1,6 +1,10 @@
 """smdistributed: the table of AWS's wheel builds, the choice of a build, the refusals."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -340,3 +344,171 @@ def test_preflight_refuses_before_any_download(tmp_path):
     ctx = context.Context(lock.load(path), NoDownloads(), flavors.load_catalog(), [])
     with pytest.raises(SelectionError, match="nothing was fetched or built"):
         preflight.run(ctx, ctx.select(["smdistributed_dataparallel"], None, None))
+
+
+# --- The role's pre-flight, through Ansible ---------------------------------------
+# The role's preflight tasks on localhost, one case per interpreter and
+# variables. The stand-in interpreters are this Python with a directory on
+# PYTHONPATH holding only a torch/version.py (the probe reads that file and
+# never imports torch): they say which PyTorch the image holds, nothing more.
+# No smdistributed wheel is involved; nothing is installed.
+
+ROLE_CASES = {
+    "no torch": {"python": "plain", "vars": {}},
+    "pytorch 2.4.0 cu121": {"python": "2.4.0+cu121/12.1", "vars": {}},
+    "pytorch 2.5.1 unpinned": {"python": "2.5.1+cu124/12.4", "vars": {}},
+    "pytorch 2.5.1 allowed": {"python": "2.5.1+cu124/12.4", "vars": {"allow_unpinned": True}},
+    "modelparallel on 2.5.1": {
+        "python": "2.5.1+cu124/12.4",
+        "vars": {"modelparallel": True, "allow_unpinned": True},
+    },
+    "nothing asked for": {"python": "2.5.1+cu124/12.4", "vars": {"dataparallel": False}},
+}
+# Each case's values under the role's variable names (the cases' keys are short).
+CASE_VARS = {
+    "smdistributed_python": "{{ item.value.python }}",
+    "smdistributed_modelparallel": "{{ item.value.modelparallel | default(false) }}",
+    "smdistributed_dataparallel": "{{ item.value.dataparallel | default(true) }}",
+    "artifact_allow_unpinned": "{{ item.value.allow_unpinned | default(false) }}",
+}
+ROLE_CASE = [
+    {
+        "name": "Apply the role's preflight to {{ item.key }}",
+        "block": [
+            {
+                "name": "Include the smdistributed role's preflight",
+                "ansible.builtin.include_role": {
+                    "name": "smdistributed",
+                    "tasks_from": "preflight",
+                },
+                "vars": CASE_VARS,
+            },
+            {
+                "name": "Record the chosen builds",
+                "ansible.builtin.set_fact": {
+                    "__results": "{{ __results | combine({item.key: {'builds': "
+                    "__smdistributed_plan.builds, 'prefixes': __smdistributed_prefixes}}) }}"
+                },
+            },
+        ],
+        "rescue": [
+            {
+                "name": "Record the refusal",
+                "ansible.builtin.set_fact": {
+                    "__results": "{{ __results | combine({item.key: {"
+                    "'task': ansible_failed_task.name,"
+                    " 'msg': ansible_failed_result.msg | default('')}}) }}"
+                },
+            }
+        ],
+    }
+]
+
+
+def stand_in_python(directory, spec):
+    """An interpreter whose site holds torch/version.py saying VERSION/CUDA (or no torch)."""
+
+    directory.mkdir()
+    wrapper = directory / "python"
+    path = ""
+    if spec != "plain":
+        version, cuda = spec.split("/")
+        (directory / "site" / "torch").mkdir(parents=True)
+        (directory / "site" / "torch" / "__init__.py").write_text("")
+        (directory / "site" / "torch" / "version.py").write_text(
+            f"__version__ = {version!r}\ncuda = {cuda!r}\n"
+        )
+        path = f"PYTHONPATH={directory / 'site'} "
+    wrapper.write_text(f'#!/bin/sh\n{path}exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.fixture(scope="module")
+def role_preflight(tmp_path_factory):
+
+    tmp = tmp_path_factory.mktemp("smdistributed-preflight")
+    cases = {}
+    for index, (name, case) in enumerate(ROLE_CASES.items()):
+        python = stand_in_python(tmp / f"python{index}", case["python"])
+        cases[name] = {"python": python, **case["vars"]}
+    (tmp / "case.yml").write_text(yaml.safe_dump(ROLE_CASE, sort_keys=False))
+    play = [
+        {
+            "name": "Preflight of the smdistributed role",
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": True,
+            "vars_files": [str(LOCK)],
+            "vars": {
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "__results": {},
+            },
+            "tasks": [
+                {
+                    "name": "Run each case",
+                    "ansible.builtin.include_tasks": "case.yml",
+                    "loop": "{{ __cases | dict2items }}",
+                    "vars": {"__cases": cases},
+                },
+                {
+                    "name": "Write the results",
+                    "ansible.builtin.copy": {
+                        "dest": str(tmp / "results.json"),
+                        "content": "{{ __results | to_json }}",
+                        "mode": "0644",
+                    },
+                },
+            ],
+        }
+    ]
+    (tmp / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    playbook = Path(sys.executable).with_name("ansible-playbook")
+    proc = subprocess.run(
+        [str(playbook), "-i", "localhost,", str(tmp / "play.yml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "EFA_IMAGE_LOCK_OVERLAY": "",
+            "EFA_IMAGE_MIRROR": "",
+        },
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((tmp / "results.json").read_text())
+
+
+def words(text):
+    return " ".join(text.split())
+
+
+def test_role_refuses_an_image_without_pytorch(role_preflight):
+    result = role_preflight["no torch"]
+    assert "smdistributed-dataparallel needs PyTorch in the image's Python" in words(result["msg"])
+
+
+def test_role_refuses_a_pytorch_no_build_fits_naming_the_known_ones(role_preflight):
+    message = words(role_preflight["pytorch 2.4.0 cu121"]["msg"])
+    assert "no smdistributed-dataparallel build for PyTorch 2.4.0/cu121/cp311" in message
+    assert "known: 2.6.0 (PyTorch 2.5.1, cu124, cp311)" in message
+
+
+def test_role_refuses_the_unpinned_wheel_unless_allowed(role_preflight):
+    assert "has no sha256 in the lock" in words(role_preflight["pytorch 2.5.1 unpinned"]["msg"])
+    allowed = role_preflight["pytorch 2.5.1 allowed"]
+    assert allowed["builds"]["dataparallel"]["url"] == DP_260
+    assert allowed["prefixes"]["dataparallel"].endswith("/site-packages/smdistributed/dataparallel")
+
+
+def test_role_refuses_model_parallel_on_pytorch_2_5(role_preflight):
+    message = words(role_preflight["modelparallel on 2.5.1"]["msg"])
+    assert "no smdistributed-modelparallel build for PyTorch 2.5.1/cu124/cp311" in message
+    assert "model parallel v2 (PyTorch 2.x) is no wheel" in message
+
+
+def test_role_refuses_when_no_library_is_asked_for(role_preflight):
+    result = role_preflight["nothing asked for"]
+    assert result["task"] == "Assert the method and libraries are valid"
