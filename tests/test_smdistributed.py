@@ -318,6 +318,54 @@ def test_a_flavour_needs_pytorch_before_smdistributed(roles, refused):
         assert "put pytorch before smdistributed" in problems[0]
 
 
+def wheel(name, filename, role="pytorch", url="https://files.pythonhosted.org/x"):
+    version = filename.split("-")[1]
+    return lock.Artifact(name, version, role, filename, (url,), "ab" * 32)
+
+
+DP_260_ENTRY = wheel(
+    "smdistributed_dataparallel",
+    DP_260.rsplit("/", 1)[-1],
+    role="smdistributed",
+    url=DP_260,
+)
+CUDA_RUNTIME = wheel(
+    "pytorch/nvidia-cuda-runtime-cu12",
+    "nvidia_cuda_runtime_cu12-12.4.127-py3-none-manylinux2014_x86_64.whl",
+)
+
+
+@pytest.mark.parametrize(
+    ("wheels", "expected"),
+    [
+        # PyPI's torch names no CUDA: the runtime wheel beside it does.
+        (
+            [wheel("pytorch/torch", "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl"), CUDA_RUNTIME],
+            Image("2.5.1", "12.4", "cp311"),
+        ),
+        (
+            [wheel("torch", "torch-2.4.0+cu121-cp311-cp311-linux_x86_64.whl")],
+            Image("2.4.0", "12.1", "cp311"),
+        ),
+        ([CUDA_RUNTIME], None),
+    ],
+)
+def test_the_pytorch_a_lock_installs(wheels, expected):
+    assert smdistributed.lock_image(wheels) == expected
+
+
+def test_a_flavour_whose_pytorch_no_lock_build_fits_is_refused():
+    torch = wheel("pytorch/torch", "torch-2.4.0-cp311-cp311-manylinux1_x86_64.whl")
+    roles = ["pytorch", "smdistributed"]
+    [problem] = smdistributed.lock_problems([torch, CUDA_RUNTIME, DP_260_ENTRY], roles)
+    assert "does not fit the lock's PyTorch 2.4.0/cu124/cp311" in problem
+    assert DP_250 in problem
+    # A mirror or a fetch by name installs nothing together: no such check there.
+    assert smdistributed.lock_problems([torch, CUDA_RUNTIME, DP_260_ENTRY], None) == []
+    torch_251 = wheel("pytorch/torch", "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl")
+    assert smdistributed.lock_problems([torch_251, CUDA_RUNTIME, DP_260_ENTRY], roles) == []
+
+
 class NoDownloads:
     """A store the pre-flight must not reach: the smdistributed rules come first."""
 

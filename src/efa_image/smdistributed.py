@@ -330,10 +330,38 @@ def plan(
     return {**result, "ok": not problems, "message": " | ".join(problems)}
 
 
+TORCH_WHEEL = re.compile(r"^torch-(?P<version>[0-9.]+)(?:\+cu(?P<cu>\d+))?-(?P<python>cp3\d+)-")
+CUDA_RUNTIME_WHEEL = re.compile(r"^nvidia_cuda_runtime_cu\d+-(?P<major>\d+)\.(?P<minor>\d+)\.")
+
+
+def lock_image(artifacts: Sequence[Any]) -> Image | None:
+    """The PyTorch a build's lock installs, from its wheels' file names; None without one.
+
+    PyPI's torch wheels carry no +cuXYZ: the CUDA then comes from the
+    nvidia-cuda-runtime wheel beside it ('' when neither says).
+    """
+    torch = cuda = None
+    for artifact in artifacts:
+        torch = torch or TORCH_WHEEL.match(artifact.filename)
+        cuda = cuda or CUDA_RUNTIME_WHEEL.match(artifact.filename)
+    if torch is None:
+        return None
+    if torch.group("cu"):
+        cu = torch.group("cu")
+        version = f"{cu[:-1]}.{cu[-1]}"
+    else:
+        version = f"{cuda.group('major')}.{cuda.group('minor')}" if cuda else ""
+    return Image(torch.group("version"), version, torch.group("python"))
+
+
 def lock_problems(
     artifacts: Sequence[Any], roles: Sequence[str] | None, builds: Builds | None = None
 ) -> list[str]:
     """What the pre-flight refuses before a build: the flavour and the lock's entries.
+
+    Each smdistributed entry must be a known build and, in a flavour's build
+    whose artifacts install PyTorch (its wheel's file name, the CUDA runtime
+    wheel's version), fit that PyTorch.
 
     `artifacts` are efa_image.lock.Artifact (what a build needs); `roles` the
     flavour's roles, None when the command names no flavour.
@@ -347,17 +375,29 @@ def lock_problems(
             "PyTorch and fit one PyTorch build only; put pytorch before smdistributed in its "
             "roles (playbooks/group_vars/all/flavors.yml)"
         )
+    # The PyTorch the same image gets (the pytorch role's wheels), where it does;
+    # only for a flavour's build: a mirror or a fetch by name holds what no one
+    # image installs together.
+    image = lock_image(artifacts) if roles is not None else None
     for artifact in artifacts:
         if artifact.role != ROLE:
             continue
         library = library_of(artifact.filename)
         url = artifact.urls[0] if artifact.urls else ""
         pin = Pin(artifact.name, artifact.version, artifact.filename, url, artifact.sha256 or "")
-        if library is None or build_for(library, pin, table) is None:
+        build = build_for(library, pin, table) if library else None
+        if library is None or build is None:
             problems.append(
                 f"lock entry {artifact.name} ({artifact.version}, {artifact.filename}) is no known "
                 f"smdistributed build: its version, filename and first URL must be those of one "
                 f"build in src/efa_image/data/{DATA}"
+            )
+        elif image is not None and image.cuda and not build.fits(image):
+            fits = fitting(library, image, table)
+            advice = _lock_fix(pin, fits) if fits else f"no {build.distribution} build fits it"
+            problems.append(
+                f"the lock pins {build.distribution} {build.describe()}, which does not fit the "
+                f"lock's {image.describe()}: {advice}"
             )
     return problems
 
