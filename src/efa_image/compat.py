@@ -235,9 +235,10 @@ def _subject(rule: Rule, facts: Mapping[str, str]) -> str:
 def check(facts: Mapping[str, object], rules: list[Rule] | None = None) -> Check:
     """Apply every rule to `facts` (component -> version); absent facts skip a rule."""
     known = {k: str(v).strip() for k, v in facts.items() if v is not None and str(v).strip()}
-    if facts.get("torch_nccl") is not None:
-        with contextlib.suppress(ValueError):  # else left as is, and its rule is skipped
-            known["torch_nccl"] = torch_nccl_version(facts["torch_nccl"])
+    for torch_fact in ("torch_nccl", "torch_nccl_built"):
+        if facts.get(torch_fact) is not None:
+            with contextlib.suppress(ValueError):  # else left as is, and its rule is skipped
+                known[torch_fact] = torch_nccl_version(facts[torch_fact])
     result = Check()
     for rule in load_rules() if rules is None else rules:
         try:
