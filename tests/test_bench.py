@@ -331,6 +331,14 @@ def test_bench_states_why_runs_were_left_out(root, tmp_path, no_docker):
     assert "no profile 'distro'" in stub.skipped["distro-cold"]
 
 
+def test_bench_can_leave_out_only_the_recipes_one_bump(root, tmp_path, no_docker):
+    stub = StubBench(options(root, skip={"doc-one-bump", "distro"}), tmp_path)
+    stub.all()
+    names = [call[0] for call in stub.calls]
+    assert names == ["cold", "unchanged", "doc-cold", "doc-unchanged", "seed", "one-bump"]
+    assert stub.skipped == {"doc-one-bump": "--skip doc-one-bump", "distro-cold": "--skip distro"}
+
+
 class FakeBench:
     def __init__(self, options, work):
         self.runs = {"cold": run("cold", 600, 703)}

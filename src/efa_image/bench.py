@@ -59,7 +59,7 @@ DOC_ARGS: dict[str, tuple[str, str]] = {
 PROJECT_RUNS = ("cold", "unchanged", "one-bump")
 DOC_RUNS = ("doc-cold", "doc-unchanged", "doc-one-bump")
 DISTRO_RUN = "distro-cold"
-SKIPPABLE = ("one-bump", "doc", "distro")
+SKIPPABLE = ("one-bump", "doc", "doc-one-bump", "distro")
 # The recipe's image must hold what it claims before its times mean anything:
 # libfabric with the efa provider, the Open MPI and the NCCL of the lock.
 DOC_CHECK = r"""
@@ -577,7 +577,10 @@ class Bench:
         else:
             self.seed(bump_lock, list(self.bumped), cache)
             self._add(self.project("one-bump", options.profile, cache, cold=False, bump=True))
-            if "doc" not in options.skip:
+            skip_doc = [name for name in ("doc", "doc-one-bump") if name in options.skip]
+            if skip_doc:
+                self.skipped["doc-one-bump"] = f"--skip {skip_doc[0]}"
+            else:
                 doc_bump_lock = self.lock(DOC_PROFILE, bump=True)
                 context = self.work / "doc-context-one-bump"
                 self._add(
