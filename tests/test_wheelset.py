@@ -326,6 +326,10 @@ def test_lock_update_resolves_pins_fetches_and_mirrors_the_set(index, tmp_path, 
     # Already resolved: nothing changes.
     assert cli.main(["lock", "update", "torchset", "--lock", str(path), "--cache", cache]) == 0
     assert "already pinned" in capsys.readouterr().out
+    # A file of the set is pinned with the set, not alone.
+    member_update = ["lock", "update", "torchset/dep-a", "--lock", str(path), "--cache", cache]
+    assert cli.main(member_update) == 1
+    assert "run `efa-image lock update torchset`" in capsys.readouterr().err
     # The cache holds every file by content; a mirror of the set is built from it alone.
     mirror = tmp_path / "mirror"
     args = ["mirror", "create", str(mirror), "--name", "torchset", "--lock", str(path)]

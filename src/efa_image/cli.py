@@ -149,6 +149,11 @@ def cmd_lock_update(args: argparse.Namespace) -> None:
         )
         return
     context = _context(args, allow_unpinned=True)
+    if wheelset_name := context.lock.get(args.name).wheelset:
+        raise EfaImageError(
+            f"{args.name} is a file of the wheel set {wheelset_name}, pinned with the set: "
+            f"run `efa-image lock update {wheelset_name}`"
+        )
     pinned = pin.pin(context.lock, context.store, args.name)
     if not pinned.diff:
         print(f"{pinned.name} {pinned.version}: sha256 {pinned.sha256} already pinned")
