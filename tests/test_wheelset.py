@@ -54,7 +54,7 @@ def test_a_set_becomes_one_wheel_artifact_per_file():
     assert sorted(parsed) == ["torchset/dep-a", "torchset/torchlike"]
     dep = parsed["torchset/dep-a"]
     assert (dep.kind, dep.version, dep.role, dep.methods) == ("wheel", "2.0", "pytorch", ("wheel",))
-    assert dep.wheelset == "torchset" and dep.sha256 == "b" * 64
+    assert (dep.wheelset, dep.wheelset_version, dep.sha256) == ("torchset", "1.0", "b" * 64)
     # Mirror and cache treat each file as any artifact: <name>/<version>/<filename>.
     assert dep.mirror_path() == "torchset/dep-a/2.0/Dep_A-2.0-py3-none-any.whl"
 

@@ -64,8 +64,9 @@ class Artifact:
     kind: str = "file"
     description: str = ""
     origin: str = field(default="", compare=False)
-    # The wheel set this file belongs to ("" for an entry of its own).
+    # The wheel set this file belongs to ("" for an entry of its own), and its version.
     wheelset: str = ""
+    wheelset_version: str = ""
 
     @property
     def pinned(self) -> bool:
@@ -206,6 +207,7 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
             description=f"{project} {version}, of the wheel set {name} {_text(entry['version'])}",
             origin=at,
             wheelset=name,
+            wheelset_version=_text(entry["version"]),
         )
     return list(members.values())
 
