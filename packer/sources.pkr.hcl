@@ -6,7 +6,7 @@ locals {
   # What the roles describe in /opt/efa-image/env.d/ (docker run reads no
   # profile scripts); `efa-image verify --image` checks that the two agree.
   image_env = {
-    PATH                           = "/opt/efa-image/bin:/opt/nccl-tests/bin:/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:${var.base_path}"
+    PATH                           = "/opt/efa-image/venv/bin:/opt/efa-image/bin:/opt/nccl-tests/bin:/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:${var.base_path}"
     RDMAV_FORK_SAFE                = "1"
     FI_EFA_FORK_SAFE               = "1"
     OMPI_ALLOW_RUN_AS_ROOT         = "1"

@@ -25,6 +25,20 @@ def test_tags_name_flavour_profile_and_versions():
     assert odd[1] == "efa-portable-nccl2.30.4-1-cuda12"
 
 
+def test_a_wheel_sets_files_count_once_as_the_set():
+    member = artifact("pytorch/torch", "2.5.1")
+    versions = build.component_versions(
+        [
+            replace(member, wheelset="pytorch", wheelset_version="2.5.1"),
+            replace(
+                artifact("pytorch/sympy", "1.13.1"), wheelset="pytorch", wheelset_version="2.5.1"
+            ),
+            artifact("metis", "5.1.0"),
+        ]
+    )
+    assert versions == {"pytorch": "2.5.1", "metis": "5.1.0"}
+
+
 def test_packer_vars_carry_labels_overlays_and_extra_vars():
     values = packer.packer_vars(REQUEST, {"libfabric": "2.1.0"})
     assert values["labels"] == {"org.efa-image.component.libfabric": "2.1.0"}

@@ -92,11 +92,22 @@ MANIFEST = json.dumps(
 )
 
 
+def with_pytorch(loaded: str) -> str:
+    """MANIFEST plus the pytorch role's record: the NCCL torch loaded."""
+    manifest = json.loads(MANIFEST)
+    manifest["components"].append(
+        {"name": "pytorch", "version": "2.5.1", "nccl": {"loaded_version": loaded}}
+    )
+    return json.dumps(manifest)
+
+
 def test_image_compatibility_from_the_manifest_and_torch():
+    """The NCCL torch loads (manifest) must be the image's; the one it was built with
+    (torch.cuda.nccl.version()) only must not be newer than the image's."""
     run = fake(
         {
-            "cat /opt/efa-image/manifest.json": (0, MANIFEST, ""),
-            verify.TORCH_NCCL: (0, "(2, 27, 3)\n", ""),
+            "cat /opt/efa-image/manifest.json": (0, with_pytorch("2.27.3"), ""),
+            verify.TORCH_NCCL: (0, "(2, 21, 5)\n", ""),
         }
     )
     report = verify.Report("no-device", "test")
@@ -105,6 +116,27 @@ def test_image_compatibility_from_the_manifest_and_torch():
     failed = [f for f in report.findings if not f.ok]
     assert [f.check for f in failed] == ["compatibility torch-nccl-matches-image-nccl"]
     assert "2.27.3" in failed[0].detail and "2.30" in failed[0].detail
+
+
+def test_torch_built_with_an_older_nccl_than_it_loads_is_compatible():
+    run = fake(
+        {
+            "cat /opt/efa-image/manifest.json": (0, with_pytorch("2.30.4"), ""),
+            verify.TORCH_NCCL: (0, "(2, 21, 5)\n", ""),
+        }
+    )
+    report = verify.Report("no-device", "test")
+    assert verify.verify_compat(run, report).ok, report.findings
+    run = fake(
+        {
+            "cat /opt/efa-image/manifest.json": (0, with_pytorch("2.30.4"), ""),
+            verify.TORCH_NCCL: (0, "(2, 31, 0)\n", ""),
+        }
+    )
+    report = verify.Report("no-device", "test")
+    assert not verify.verify_compat(run, report).ok
+    failed = [f.check for f in report.findings if not f.ok]
+    assert failed == ["compatibility image-nccl-not-older-than-torch-build"], failed
 
 
 def test_image_without_torch_skips_that_rule():

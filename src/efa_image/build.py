@@ -70,7 +70,11 @@ class BuildResult:
 
 
 def component_versions(artifacts: list[Artifact]) -> dict[str, str]:
-    return {artifact.name: artifact.version for artifact in artifacts}
+    """Name -> version; a wheel set's files count once, as the set (pytorch 2.5.1)."""
+    return {
+        (artifact.wheelset or artifact.name): (artifact.wheelset_version or artifact.version)
+        for artifact in artifacts
+    }
 
 
 def tags_for(request: BuildRequest, versions: dict[str, str]) -> list[str]:

@@ -162,7 +162,8 @@ def verify_efa(run: Run, prefix: str | None = None, version: str | None = None) 
     return report
 
 
-# Asks an installed PyTorch for the NCCL it loads (absent: the rule is skipped).
+# Asks an installed PyTorch for the NCCL it was compiled with (absent: the rules
+# on it are skipped). The NCCL it loads is in the pytorch role's manifest record.
 TORCH_NCCL = (
     "python3 -c 'import torch; print(torch.cuda.nccl.version())' 2>/dev/null"
     " || /opt/efa-image/venv/bin/python -c 'import torch; print(torch.cuda.nccl.version())'"
@@ -189,9 +190,12 @@ def image_facts(run: Run) -> dict[str, str]:
     for name in ("nccl", "aws_ofi_nccl"):
         if name in components:
             facts[name] = str(components[name].get("version", ""))
+    loaded = (components.get("pytorch") or {}).get("nccl") or {}
+    if loaded.get("loaded_version"):
+        facts["torch_nccl"] = str(loaded["loaded_version"])
     torch = run(TORCH_NCCL)
     if torch.rc == 0 and torch.stdout.strip():
-        facts["torch_nccl"] = compat.torch_nccl_version(torch.stdout.strip())
+        facts["torch_nccl_built"] = compat.torch_nccl_version(torch.stdout.strip())
     return facts
 
 

@@ -20,9 +20,11 @@ REPOSITORY = "efa-image-test"
 OWNER_LABEL = "org.efa-image.build-owner"
 
 
-def build_argv(*extra: str, flavor: str = FLAVOR, profile: str = PROFILE) -> list[str]:
+def build_argv(
+    *extra: str, flavor: str = FLAVOR, profile: str = PROFILE, base: str = BASE
+) -> list[str]:
     argv = [sys.executable, "-m", "efa_image", "build", "--flavor", flavor, "--profile", profile]
-    argv += ["--base-image", BASE, "--repository", REPOSITORY]
+    argv += ["--base-image", base, "--repository", REPOSITORY]
     return argv + (["--mirror", MIRROR] if MIRROR else []) + list(extra)
 
 
@@ -40,10 +42,14 @@ def build_containers(pid: int) -> list[str]:
     return docker("ps", "-aq", "--filter", f"label={OWNER_LABEL}=pid:{pid}").split()
 
 
-def build_and_report(report: Path, flavor: str = FLAVOR, profile: str = PROFILE) -> dict:
+def build_and_report(
+    report: Path, flavor: str = FLAVOR, profile: str = PROFILE, base: str = BASE
+) -> dict:
     """One real build (--rebuild: an earlier run's verified image would be reused), its
     report with the build's output."""
-    argv = build_argv("--report", str(report), "--rebuild", flavor=flavor, profile=profile)
+    argv = build_argv(
+        "--report", str(report), "--rebuild", flavor=flavor, profile=profile, base=base
+    )
     proc = subprocess.run(argv, capture_output=True, text=True)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
