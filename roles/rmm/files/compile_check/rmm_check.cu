@@ -22,8 +22,9 @@ int main()
     return 0;
   }
   constexpr std::size_t size = 1 << 20;
-  rmm::device_buffer buffer(size, rmm::cuda_stream_default);
-  rmm::cuda_stream_default.sync();
+  cuda::stream_ref const stream{cudaStream_t{nullptr}};
+  rmm::device_buffer buffer(size, stream);
+  stream.sync();
   std::printf("gpu allocated %zu bytes\n", buffer.size());
   return buffer.size() == size ? 0 : 1;
 }

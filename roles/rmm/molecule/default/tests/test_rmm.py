@@ -49,6 +49,9 @@ def test_headers_and_cmake_packages_carry_the_lock_versions(host):
         assert f'set(PACKAGE_VERSION "{version}")' in text
     targets = host.file(f"{LIBDIR}/cmake/rmm/rmm-targets-release.cmake").content_string
     assert '"${_IMPORT_PREFIX}/lib64/librmm.so"' in targets
+    # find_package(rmm) with CMAKE_PREFIX_PATH=/opt/rmm looks in lib/cmake on Debian.
+    assert host.file(f"{PREFIX}/lib").linked_to == LIBDIR
+    assert host.file(f"{PREFIX}/lib/cmake/rmm/rmm-config.cmake").is_file
 
 
 @pytest.mark.parametrize(
