@@ -86,6 +86,28 @@ def test_a_header_of_the_other_width_is_a_problem(tmp_path, capsys):
     assert problems[0] == f"{tmp_path / 'metis.h'} has IDXTYPEWIDTH 32, not 64"
 
 
+def set_width(tmp_path, header, width):
+    """The source build's first step, as vars/main.yml has it, on a copy of metis.h."""
+    script = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_metis_set_width_script"]
+    (tmp_path / "include").mkdir(exist_ok=True)
+    (tmp_path / "include" / "metis.h").write_text(header)
+    proc = subprocess.run(["sh", "-c", script, "set-width", str(width)], cwd=tmp_path, check=False)
+    return proc.returncode, (tmp_path / "include" / "metis.h").read_text()
+
+
+def test_the_width_step_edits_metis_h(tmp_path):
+    assert set_width(tmp_path, HEADER, 64) == (
+        0,
+        HEADER.replace("IDXTYPEWIDTH 32", "IDXTYPEWIDTH 64"),
+    )
+    assert set_width(tmp_path, HEADER, 32) == (0, HEADER)
+
+
+def test_the_width_step_fails_where_metis_h_has_no_such_line(tmp_path):
+    header = HEADER.replace("#define IDXTYPEWIDTH 32", "#define IDXTYPEWIDTH  32 /* edited */")
+    assert set_width(tmp_path, header, 64) == (1, header)
+
+
 GOOD = {"method": "source", "width": 32, "prefix": "/opt/metis", "artifact": "metis"}
 CASES = {
     "unknown method": {**GOOD, "method": "conda"},
