@@ -20,7 +20,7 @@ export EFA_IMAGE_BASE
 # and PyPI with the pins of the Debian-sources overlay (the portable profile's).
 MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
-CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel
+CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel pytorch
 
 .PHONY: setup image bench test lint unit packer-check ci-mirror base-images molecule lane-builds \
     lane-checks image-tests run-image-tests docs clean
@@ -50,16 +50,20 @@ bench: setup
 	@$(STAGE) --summary
 
 # `make test` runs its long part in two lanes side by side, one per core: the
-# scenarios that compile, then the image builds that take those components from
-# the build cache the scenarios filled; and the scenarios and image tests that
-# mostly wait on Ansible, docker and apt. Every scenario and image test is in
-# one lane (tests/test_roles.py checks it); `make molecule` and `make
-# image-tests` run all of theirs one after the other. Output is not synchronised:
-# both lanes' lines interleave as they come, so long steps show progress.
+# scenarios that compile on Debian 13, then the image builds that take those
+# components from the build cache the scenarios filled, then the SageMaker
+# libraries' scenarios; and the scenarios and image tests that mostly wait on
+# Ansible, docker and apt, then the reduced SageMaker image (Debian 12: it
+# compiles its own libfabric and Open MPI). The lanes are balanced by measured
+# time. Every scenario and image test is in one lane (tests/test_roles.py checks
+# it); `make molecule` and `make image-tests` run all of theirs one after the
+# other. Output is not synchronised: both lanes' lines interleave as they come,
+# so long steps show progress.
 BUILD_SCENARIOS := efa/default openmpi aws_ofi_nccl nccl/source
+BUILD_LATE_SCENARIOS := metis rmm pytorch smdistributed
 CHECK_SCENARIOS := artifact common efa/package_refused mpi_ssh nccl/default
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py
-CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
+CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py tests/image/test_sagemaker_image.py
 
 test: setup
 	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror base-images
@@ -69,6 +73,7 @@ test: setup
 lane-builds:
 	@$(MOLECULE_ALL) $(BUILD_SCENARIOS)
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests IMAGE_TESTS="$(BUILD_IMAGE_TESTS)"
+	@$(MOLECULE_ALL) $(BUILD_LATE_SCENARIOS)
 
 lane-checks:
 	@$(MOLECULE_ALL) $(CHECK_SCENARIOS)
@@ -90,8 +95,10 @@ ci-mirror:
 	@$(STAGE) ci-mirror env EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
 	    $(BIN)/efa-image mirror create $(MIRROR) $(addprefix --name ,$(CI_MIRROR_ARTIFACTS))
 
+# Debian 12 too: the SageMaker scenarios and image (Python 3.11) and the refusal
+# scenarios run on it, in both lanes at once.
 base-images:
-	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
+	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE) --image efa-image/base:debian12
 
 MOLECULE_ALL := $(WITH_VENV) EFA_IMAGE_MIRROR=$(MIRROR) EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
     scripts/molecule-all

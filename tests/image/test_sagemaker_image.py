@@ -1,0 +1,93 @@
+"""`efa-image build` of the reduced SageMaker flavour on the CI mirror: real METIS,
+RMM and PyTorch over the EFA/MPI/NCCL stack, verified, and an MPI job across two
+containers of it.
+
+sagemaker-reduced is what reachable sources build (flavors.yml): no aws-ofi-nccl,
+nccl-tests or smdistributed, whose archives no reachable source carries. Its base
+is Debian 12, whose Python 3.11 is the one the lock's PyTorch wheels are for.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
+
+from efa_image import multihost
+
+FLAVOR = "sagemaker-reduced"
+BASE = "efa-image/base:debian12"
+PYTHON = "/opt/efa-image/venv/bin/python"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    return build_and_report(
+        tmp_path_factory.mktemp("sagemaker") / "report.json", flavor=FLAVOR, base=BASE
+    )
+
+
+def run(image: str, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", "run", "--rm", image, "sh", "-c", script], capture_output=True, text=True
+    )
+
+
+def test_the_build_verified_the_sagemaker_libraries(built):
+    assert f"{REPOSITORY}:{FLAVOR}-{PROFILE}" in built["tags"]
+    assert {"efa", "openmpi", "nccl", "metis", "rmm", "pytorch"} <= set(built["roles"])
+    assert not {"aws_ofi_nccl", "nccl_tests", "smdistributed"} & set(built["roles"])
+
+
+def test_manifest_records_torch_and_the_libraries(built):
+    manifest = json.loads(
+        docker("run", "--rm", built["image"], "cat", "/opt/efa-image/manifest.json")
+    )
+    names = {component["name"] for component in manifest["components"]}
+    assert {"efa", "openmpi", "nccl", "metis", "rmm", "pytorch"} <= names, names
+    text = json.dumps(manifest)
+    assert "2.5.1" in text, "the lock's torch version is not in the manifest"
+
+
+def test_pytorch_loads_the_images_one_nccl(built):
+    """torch.cuda.nccl.version() needs no GPU; the library it loaded is read from
+    the process's maps: exactly one libnccl, the nccl role's."""
+    script = (
+        f"{PYTHON} -c 'import torch; torch.cuda.nccl.version();"
+        ' print("\\n".join(sorted({l.split()[-1] for l in open("/proc/self/maps")'
+        ' if "libnccl" in l})))\''
+    )
+    proc = run(built["image"], script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    loaded = proc.stdout.split()
+    assert len(loaded) == 1 and loaded[0].startswith("/opt/nccl/"), loaded
+
+
+def test_metis_partitions_and_rmm_resolves_in_the_image(built):
+    script = (
+        "ldconfig -p | grep -q 'libmetis.so ' && ldconfig -p | grep -q 'librmm.so '"
+        " && ! ldd $(ldconfig -p | awk '/librmm.so /{print $NF; exit}') | grep 'not found'"
+        f" && {PYTHON} -c 'import torch, ctypes; ctypes.CDLL(\"libmetis.so\")'"
+    )
+    proc = run(built["image"], script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_image_holds_no_toolchain_or_pip_cache(built):
+    script = (
+        "! command -v gcc && ! command -v make && test ! -e /var/tmp/efa-image-build"
+        " && test ! -e /root/.cache/pip"
+    )
+    proc = run(built["image"], script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mpi_allreduce_across_two_containers_over_the_ofi_mtl(built):
+    job = multihost.run_job(built["image"], 2, provider="tcp")
+    print(job.render())
+    assert job.rc == 0, job.output
+    assert job.hosts_seen == set(job.hosts) and len(job.hosts) == 2
+    assert job.ofi_selected == 2
+    assert job.ok
