@@ -20,7 +20,7 @@ export EFA_IMAGE_BASE
 # and PyPI with the pins of the Debian-sources overlay (the portable profile's).
 MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
-CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel pytorch
+CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch
 
 .PHONY: setup image bench test lint unit packer-check ci-mirror base-images molecule lane-builds \
     lane-checks image-tests run-image-tests docs clean

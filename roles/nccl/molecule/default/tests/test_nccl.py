@@ -69,3 +69,12 @@ def test_component_record(host, method, layout):
     else:
         assert record["source"] == "apt: libnccl2 libnccl-dev"
         assert host.package("libnccl-dev").version.startswith(PACKAGE_VERSION)
+
+
+def test_nccl_conf_excludes_docker0_and_loopback_as_aws_images_do(host):
+    """AWS's own image check asserts /etc/nccl.conf; NCCL's socket transport must skip
+    docker0 and lo, and only the configured lines are there."""
+    conf = host.file("/etc/nccl.conf")
+    assert conf.exists and conf.mode == 0o644
+    lines = [line for line in conf.content_string.splitlines() if not line.startswith("#")]
+    assert lines == ["NCCL_SOCKET_IFNAME=^docker0,lo"]
