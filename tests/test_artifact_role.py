@@ -5,13 +5,10 @@ directory holding a tampered file: a generic fixture, not an upstream source.
 """
 
 import hashlib
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from localplay import run_playbook
+
 GOOD = b"the real archive\n"
 
 
@@ -49,19 +46,7 @@ def play(tmp_path, mirror_content: bytes):
                 artifact_cache_dir: {tmp_path / "cache"}
         """)
     )
-    playbook = Path(sys.executable).with_name("ansible-playbook")
-    proc = subprocess.run(
-        [str(playbook), "-i", "localhost,", str(tmp_path / "play.yml")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            **os.environ,
-            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "EFA_IMAGE_LOCK_OVERLAY": "",
-        },
-    )
+    proc = run_playbook(tmp_path / "play.yml")
     return proc, dest
 
 

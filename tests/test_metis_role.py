@@ -10,14 +10,14 @@ argument specs, which a run of the role checks first, are checked on their own.
 
 import importlib.util
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
+
+from localplay import run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "roles" / "metis"
@@ -222,19 +222,7 @@ def preflight(tmp_path_factory):
     (tmp / "lock.yml").write_text(yaml.safe_dump(lock))
     (tmp / "case.yml").write_text(yaml.safe_dump(CASE, sort_keys=False))
     (tmp / "play.yml").write_text(yaml.safe_dump(play(tmp), sort_keys=False))
-    playbook = Path(sys.executable).with_name("ansible-playbook")
-    proc = subprocess.run(
-        [str(playbook), "-i", "localhost,", "--check", str(tmp / "play.yml")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            **os.environ,
-            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "EFA_IMAGE_LOCK_OVERLAY": "",
-        },
-    )
+    proc = run_playbook(tmp / "play.yml", "--check")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((tmp / "results.json").read_text())
 

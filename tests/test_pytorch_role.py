@@ -2,8 +2,6 @@
 its preflight refusals run through Ansible against localhost (nothing installed)."""
 
 import importlib.util
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +10,7 @@ import pytest
 import yaml
 
 from efa_image import compat, lock
+from localplay import run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -120,20 +119,7 @@ def preflight(tmp_path, variables, lock_entries=None, env=None):
               vars: {variables!r}
         """)
     )
-    playbook = Path(sys.executable).with_name("ansible-playbook")
-    return subprocess.run(
-        [str(playbook), "-i", "localhost,", str(tmp_path / "play.yml")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            **os.environ,
-            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "EFA_IMAGE_LOCK_OVERLAY": "",
-            **(env or {}),
-        },
-    )
+    return run_playbook(tmp_path / "play.yml", env=env)
 
 
 def refusal(proc):

@@ -7,14 +7,14 @@ nvcc --version does: a fixture for the preflight's probe, not a compiler.
 """
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from localplay import run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = yaml.safe_load((ROOT / "playbooks/group_vars/all/versions.yml").read_text())
@@ -126,20 +126,7 @@ def preflight(tmp_path_factory):
         }
     ]
     (tmp / "play.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
-    proc = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "play.yml"],
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={
-            **os.environ,
-            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "EFA_IMAGE_LOCK_OVERLAY": "",
-            "EFA_IMAGE_MIRROR": "",
-        },
-    )
+    proc = run_playbook(tmp / "play.yml", env={"EFA_IMAGE_MIRROR": ""}, timeout=600, cwd=tmp)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     # The preflight changes nothing, whatever it decides.
     assert "changed=0" in proc.stdout.split("PLAY RECAP")[-1]

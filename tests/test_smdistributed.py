@@ -1,9 +1,7 @@
 """smdistributed: the table of AWS's wheel builds, the choice of a build, the refusals."""
 
 import json
-import os
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +11,7 @@ import yaml
 
 from efa_image import context, flavors, lock, preflight, smdistributed
 from efa_image.smdistributed import Image, Pin, SelectionError
+from localplay import run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src/efa_image/data/smdistributed_builds.yml"
@@ -512,21 +511,8 @@ def role_preflight(tmp_path_factory):
         }
     ]
     (tmp / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    playbook = Path(sys.executable).with_name("ansible-playbook")
-    proc = subprocess.run(
-        # Check mode: the role fetches nothing then (no wheel is reachable here).
-        [str(playbook), "-i", "localhost,", "--check", str(tmp / "play.yml")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            **os.environ,
-            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "EFA_IMAGE_LOCK_OVERLAY": "",
-            "EFA_IMAGE_MIRROR": "",
-        },
-    )
+    # Check mode: the role fetches nothing then (no wheel is reachable here).
+    proc = run_playbook(tmp / "play.yml", "--check", env={"EFA_IMAGE_MIRROR": ""})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((tmp / "results.json").read_text())
 

@@ -7,8 +7,6 @@ another Python, one for too new a glibc, one left out on purpose).
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import textwrap
 import zipfile
@@ -18,8 +16,8 @@ import pytest
 import yaml
 
 from efa_image import artifacts, cli, lock, wheelset
+from localplay import run_playbook
 
-ROOT = Path(__file__).resolve().parents[1]
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 CP = f"cp{sys.version_info.major}{sys.version_info.minor}"
 OTHER_CP = f"cp{sys.version_info.major}{sys.version_info.minor + 1}"
@@ -385,19 +383,7 @@ def test_the_artifact_role_resolves_a_set_into_one_item_per_file(tmp_path):
                 msg: "RESOLVED {{ artifact_info.keys() | sort | join(',') }}"
         """)
     )
-    playbook = Path(sys.executable).with_name("ansible-playbook")
-    proc = subprocess.run(
-        [str(playbook), "-i", "localhost,", str(tmp_path / "play.yml")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            **os.environ,
-            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "EFA_IMAGE_LOCK_OVERLAY": "",
-        },
-    )
+    proc = run_playbook(tmp_path / "play.yml")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "RESOLVED torchset/dep-a,torchset/torchlike" in proc.stdout
 

@@ -1,0 +1,42 @@
+"""Run a playbook against localhost with this checkout's roles (generic mechanics only).
+
+The role tests run ``ansible-playbook`` from the test's own virtual environment, with
+the roles and ansible.cfg of this checkout (not whatever the caller's environment or
+home directory points at) and with no lock overlay inherited from the caller
+(``EFA_IMAGE_LOCK_OVERLAY`` emptied), so a play sees only the lock the test wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_playbook(
+    play: Path,
+    *options: str,
+    env: Mapping[str, str] | None = None,
+    timeout: int = 300,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``play`` on localhost with ``options`` before it; ``env`` is added last."""
+    playbook = Path(sys.executable).with_name("ansible-playbook")
+    return subprocess.run(
+        [str(playbook), "-i", "localhost,", *options, str(play)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={
+            **os.environ,
+            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "EFA_IMAGE_LOCK_OVERLAY": "",
+            **(env or {}),
+        },
+    )
