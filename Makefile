@@ -52,16 +52,16 @@ bench: setup
 # `make test` runs its long part in two lanes side by side, one per core: the
 # scenarios that compile on Debian 13, then the image builds that take those
 # components from the build cache the scenarios filled, then the SageMaker
-# libraries' scenarios; and the scenarios and image tests that mostly wait on
-# Ansible, docker and apt, then the reduced SageMaker image (Debian 12: it
-# compiles its own libfabric and Open MPI). The lanes are balanced by measured
-# time. Every scenario and image test is in one lane (tests/test_roles.py checks
+# libraries' scenarios, mpi_ssh and nccl; and the scenarios and image tests that
+# mostly wait on Ansible, docker and apt, then the reduced SageMaker image
+# (Debian 12: it compiles its own libfabric and Open MPI). The lanes are balanced
+# by measured time (the second lane was 300 s longer with mpi_ssh and nccl in it). Every scenario and image test is in one lane (tests/test_roles.py checks
 # it); `make molecule` and `make image-tests` run all of theirs one after the
 # other. Output is not synchronised: both lanes' lines interleave as they come,
 # so long steps show progress.
 BUILD_SCENARIOS := efa/default openmpi aws_ofi_nccl nccl/source
-BUILD_LATE_SCENARIOS := metis rmm pytorch smdistributed
-CHECK_SCENARIOS := artifact common efa/package_refused mpi_ssh nccl/default
+BUILD_LATE_SCENARIOS := metis rmm pytorch smdistributed mpi_ssh nccl/default
+CHECK_SCENARIOS := artifact common efa/package_refused
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py tests/image/test_sagemaker_image.py
 
