@@ -85,8 +85,10 @@ lint:
 	@$(STAGE) yamllint $(BIN)/yamllint --strict .
 	@$(STAGE) ansible-lint $(WITH_VENV) ansible-lint --strict
 
+# Two workers, one per core; a file's tests stay on one worker, so a module's
+# fixture (an Ansible run on localhost) runs once.
 unit:
-	@$(STAGE) --pytest pytest $(BIN)/pytest
+	@$(STAGE) --pytest pytest $(BIN)/pytest -n 2 --dist loadfile
 
 packer-check:
 	@$(STAGE) packer $(WITH_VENV) scripts/packer-check
