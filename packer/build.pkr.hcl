@@ -32,7 +32,9 @@ build {
     # Pipelining: one `docker exec` per task instead of several (an image build
     # with every compile in the build cache took 116 s instead of 154 s here).
     # Containers run as root, so no sudo requiretty can get in its way.
-    ansible_env_vars = concat(local.ansible_env_vars, ["ANSIBLE_PIPELINING=True"])
+    ansible_env_vars = concat(local.ansible_env_vars, ["ANSIBLE_PIPELINING=True"],
+      var.artifact_cache != "" ? ["EFA_IMAGE_CACHE=${var.artifact_cache}", "EFA_IMAGE_ARTIFACT_MOUNT=${local.artifact_mount}"] : [],
+    )
     # Extra variables outrank the inventory Packer writes for its SSH proxy:
     # Ansible talks to the named build container directly.
     extra_arguments = concat(

@@ -2,6 +2,9 @@ locals {
   # The build container gets a name so that Ansible reaches it through the
   # community.docker connection (Packer's SSH proxy offers only ssh-rsa).
   container = "efa-image-build-${uuidv4()}"
+  # Where a docker build sees the controller's artifact cache (read-only; not in
+  # the committed image).
+  artifact_mount = "/run/efa-image-artifacts"
 
   # What the roles describe in /opt/efa-image/env.d/ (docker run reads no
   # profile scripts); `efa-image verify --image` checks that the two agree.
@@ -25,11 +28,12 @@ source "docker" "image" {
   pull   = var.pull_base_image
   commit = true
   # The owner label lets the next build remove a container an interrupted one left.
-  run_command = [
-    "-d", "-i", "-t", "--name", local.container,
-    "--label", "org.efa-image.build-owner=${var.build_owner}",
-    "{{.Image}}", "/bin/bash",
-  ]
+  run_command = concat(
+    ["-d", "-i", "-t", "--name", local.container],
+    ["--label", "org.efa-image.build-owner=${var.build_owner}"],
+    var.artifact_cache != "" ? ["--volume", "${var.artifact_cache}:${local.artifact_mount}:ro"] : [],
+    ["{{.Image}}", "/bin/bash"],
+  )
   changes = concat(
     [for name, value in local.image_env : "ENV ${name}=${value}"],
     [for name, value in local.image_labels : "LABEL ${name}=\"${value}\""],

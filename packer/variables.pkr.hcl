@@ -102,6 +102,12 @@ variable "mirror" {
   description = "Artifact mirror directory or URL on the controller; when set, the only source (default: EFA_IMAGE_MIRROR)."
 }
 
+variable "artifact_cache" {
+  type        = string
+  default     = env("EFA_IMAGE_CACHE")
+  description = "The controller's artifact cache directory (efa-image build passes it; default: EFA_IMAGE_CACHE). Docker builds mount it read-only and link wheels from it instead of copying them; \"\" copies everything."
+}
+
 variable "build_cache" {
   type        = string
   default     = env("EFA_IMAGE_BUILD_CACHE")

@@ -49,6 +49,11 @@ def test_packer_vars_carry_labels_overlays_and_extra_vars():
     assert json.loads(json.dumps(values)) == values
 
 
+def test_packer_vars_name_the_artifact_cache_the_docker_source_mounts(monkeypatch, tmp_path):
+    monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path))
+    assert packer.packer_vars(REQUEST, {})["artifact_cache"] == str(tmp_path)
+
+
 def test_built_image_comes_from_the_last_run_only(tmp_path):
     manifest = tmp_path / "packer-manifest.json"
     manifest.write_text(

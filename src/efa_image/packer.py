@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from efa_image.artifacts import default_cache_dir
 from efa_image.errors import EfaImageError
 from efa_image.images import CUDA_HOMES, DEFAULT_PATH
 from efa_image.runner import CommandError, run_command
@@ -48,6 +49,8 @@ def packer_vars(
         "mirror": request.mirror or "",
         "lock_overlay": ":".join(request.overlays),
         "build_cache": request.build_cache,
+        # The docker source mounts it: wheels are linked, not copied in.
+        "artifact_cache": str(default_cache_dir()),
         "ansible_extra_vars": list(request.extra_vars),
         "build_owner": owner,
         "cuda_home": cuda_home or CUDA_HOMES[0],

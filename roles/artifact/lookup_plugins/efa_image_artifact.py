@@ -4,8 +4,9 @@
           overlays=[...], mirror='', cache='', allow_unpinned=false)
 
 returns, per name, {name, version, filename, sha256, kind, wheelset, urls, sources,
-path}: urls are the lock's (upstream) URLs, sources where this build takes the file
-from (the mirror, when one is set), path the verified file in the controller's cache.
+path, cache_path}: urls are the lock's (upstream) URLs, sources where this build takes
+the file from (the mirror, when one is set), path the verified file in the
+controller's cache and cache_path the same file relative to the cache.
 The name of a wheel set stands for all its files, one result each (wheelset: the set).
 It uses the same code as `efa-image fetch` (the efa_image package in Ansible's
 Python environment).
@@ -121,6 +122,9 @@ class LookupModule(LookupBase):
                 if self.get_option("fetch"):
                     path = store.get(artifact)
                     result["path"] = str(path)
+                    # Where the file lies inside the cache, for a target that sees
+                    # the cache mounted (artifact_cache_mount).
+                    result["cache_path"] = str(path.relative_to(store.cache_dir))
                     result["sha256"] = artifact.sha256 or artifacts.sha256_of(path)
                 results.append(result)
         except Exception as exc:  # efa_image errors carry the message users need
