@@ -5,7 +5,9 @@ directory holding a tampered file: a generic fixture, not an upstream source.
 """
 
 import hashlib
+import subprocess
 import textwrap
+from pathlib import Path
 
 from localplay import run_playbook
 
@@ -65,3 +67,25 @@ def test_tampered_mirror_file_stops_before_the_target_changes(tmp_path):
     assert hashlib.sha256(GOOD).hexdigest() in output
     assert not dest.exists()
     assert len(list((tmp_path / "cache" / "quarantine").iterdir())) == 1
+
+
+LINK_SCRIPT = Path(__file__).resolve().parents[1] / "roles/artifact/files/link-from-mount.sh"
+
+
+def link_from_mount(*pairs: Path) -> list[str]:
+    argv = ["sh", "-c", LINK_SCRIPT.read_text(), "link-from-mount", *map(str, pairs)]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def test_wheels_are_linked_from_the_mounted_cache_once_and_missing_ones_named(tmp_path):
+    """The generic mechanics of the link step: a file in a directory standing for the
+    mounted cache, and one the mount lacks (the role copies that one)."""
+    mount, wheelhouse = tmp_path / "mount", tmp_path / "wheelhouse"
+    mount.mkdir()
+    wheelhouse.mkdir()
+    (mount / "abc").write_bytes(GOOD)
+    pairs = [mount / "abc", wheelhouse / "a.whl", mount / "def", wheelhouse / "b.whl"]
+    assert link_from_mount(*pairs) == [f"linked {wheelhouse}/a.whl", f"missing {wheelhouse}/b.whl"]
+    assert (wheelhouse / "a.whl").read_bytes() == GOOD
+    assert not (wheelhouse / "b.whl").exists()
+    assert link_from_mount(*pairs) == [f"missing {wheelhouse}/b.whl"], "an existing link is kept"
