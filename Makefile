@@ -22,7 +22,7 @@ MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch
 
-.PHONY: setup image bench test lint unit packer-check ci-mirror base-images molecule lane-builds \
+.PHONY: setup image bench test lint unit packer-check ci-mirror base-image base-images molecule lane-builds \
     lane-checks image-tests run-image-tests docs clean
 
 setup:
@@ -66,16 +66,21 @@ BUILD_IMAGE_TESTS := tests/image/test_image_build.py
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py tests/image/test_sagemaker_image.py
 
 test: setup
-	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror base-images
+	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror base-image
 	@$(MAKE) --no-print-directory -j2 lane-builds lane-checks
 	@$(STAGE) --summary
 
+# Debian 12's base is made at the head of the second lane, while the first
+# compiles on Debian 13; the first lane's late scenarios need it too and wait
+# for it if it is still being made (efa-image base holds a lock per image).
 lane-builds:
 	@$(MOLECULE_ALL) $(BUILD_SCENARIOS)
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests IMAGE_TESTS="$(BUILD_IMAGE_TESTS)"
+	@$(BIN)/efa-image base --image $(SECOND_BASE)
 	@$(MOLECULE_ALL) $(BUILD_LATE_SCENARIOS)
 
 lane-checks:
+	@$(STAGE) base-images:debian12 $(BIN)/efa-image base --image $(SECOND_BASE)
 	@$(MOLECULE_ALL) $(CHECK_SCENARIOS)
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests:distro IMAGE_TESTS="$(CHECK_IMAGE_TESTS)"
 
@@ -98,9 +103,13 @@ ci-mirror:
 	    $(BIN)/efa-image mirror create $(MIRROR) $(addprefix --name ,$(CI_MIRROR_ARTIFACTS))
 
 # Debian 12 too: the SageMaker scenarios and image (Python 3.11) and the refusal
-# scenarios run on it, in both lanes at once.
+# scenarios run on it.
+SECOND_BASE := efa-image/base:debian12
 base-images:
-	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE) --image efa-image/base:debian12
+	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE) --image $(SECOND_BASE)
+
+base-image:
+	@$(STAGE) base-image $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
 
 MOLECULE_ALL := $(WITH_VENV) EFA_IMAGE_MIRROR=$(MIRROR) EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
     scripts/molecule-all

@@ -9,7 +9,6 @@ and the build stops. With a mirror, the mirror is the only source.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 from efa_image import __version__
 from efa_image.errors import EfaImageError
 from efa_image.lock import Artifact
+from efa_image.locking import exclusive
 
 CHUNK = 1 << 20
 DEFAULT_TIMEOUT = 20.0
@@ -166,15 +166,9 @@ class Store:
     @contextlib.contextmanager
     def _locked(self, artifact: Artifact) -> Iterator[None]:
         """One download per artifact at a time, across processes."""
-        locks = self.cache_dir / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
         key = artifact.sha256 or f"{_flat(artifact.name)}-{artifact.version}"
-        with (locks / f"{key}.lock").open("w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with exclusive(self.cache_dir / "locks" / f"{key}.lock"):
+            yield
 
     def _quarantine(self, path: Path, artifact: Artifact) -> Path:
         target_dir = self.cache_dir / "quarantine"

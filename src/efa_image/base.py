@@ -19,7 +19,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from efa_image.artifacts import default_cache_dir
 from efa_image.errors import EfaImageError
+from efa_image.locking import exclusive
 from efa_image.runner import run_command
 
 REPOSITORY = os.environ.get("EFA_IMAGE_BASE_REPO", "efa-image/base")
@@ -157,6 +159,13 @@ def ensure(name: str, rebuild: bool = False) -> str:
     recipe = RECIPES[name]
     if recipe.parent:
         ensure(recipe.parent)
+    # make test's two lanes may ask for the same base at once: the second waits,
+    # then finds it built.
+    with exclusive(default_cache_dir() / "locks" / f"base-{name}.lock"):
+        return _ensure_locked(recipe, rebuild)
+
+
+def _ensure_locked(recipe: Recipe, rebuild: bool) -> str:
     if not rebuild and is_current(recipe):
         return f"{recipe.ref}: up to date"
     previous = image_id(recipe.ref)
