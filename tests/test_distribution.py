@@ -231,8 +231,7 @@ def test_efa_provider_is_refused_without_efa():
     config = {"mpi": {"enabled": True, "processes_per_host": 8, "custom_mpi_options": EFA_OPTIONS}}
     found = distribution.check(config, P3, "mpi")
     assert errors(found) == [
-        "mpi.custom_mpi_options: remove -x FI_EFA_USE_DEVICE_RDMA=1: EFA on ml.p3.16xlarge (V100) "
-        "has no GPUDirect RDMA (aws-ofi-nccl gdr_required only on p4d, p4de, p5, p5e, p5en)",
+        "mpi.custom_mpi_options: remove -x FI_EFA_USE_DEVICE_RDMA=1: ml.p3.16xlarge has no EFA",
         "mpi.custom_mpi_options: remove -x FI_PROVIDER=efa: ml.p3.16xlarge has no EFA, and the "
         "EFA provider hangs the job there",
     ]
@@ -243,8 +242,10 @@ def test_efa_provider_is_refused_without_efa():
 
 def test_device_rdma_is_refused_where_efa_does_not_reach_the_gpu():
     config = {"mpi": {"enabled": True, "processes_per_host": 8, "custom_mpi_options": EFA_OPTIONS}}
-    found = errors(distribution.check(config, P3DN, "mpi"))
-    assert len(found) == 1 and "remove -x FI_EFA_USE_DEVICE_RDMA=1: EFA on ml.p3dn" in found[0]
+    assert errors(distribution.check(config, P3DN, "mpi")) == [
+        "mpi.custom_mpi_options: remove -x FI_EFA_USE_DEVICE_RDMA=1: EFA on ml.p3dn.24xlarge "
+        "(V100) has no GPUDirect RDMA (aws-ofi-nccl gdr_required only on p4d, p4de, p5, p5e, p5en)"
+    ]
 
 
 def test_efa_flags_on_a_type_without_a_source_are_warnings():
@@ -512,6 +513,14 @@ def test_command_check_passes_a_good_json_config(tmp_path, capsys):
     ]
     assert cli.main(argv) == 0
     assert capsys.readouterr().out.strip() == f"{config}: ok for ml.p4d.24xlarge"
+
+
+def test_command_check_refuses_the_options_that_shape_a_printed_config(tmp_path, capsys):
+    config = tmp_path / "d.json"
+    config.write_text("{}")
+    argv = ["distribution", "--instance-type", "ml.p4d.24xlarge", "--library", "mpi"]
+    assert cli.main([*argv, "--check", str(config), "--processes-per-host", "8"]) == 1
+    assert "drop them with --check" in capsys.readouterr().err
 
 
 def test_command_v3_and_its_refusals(capsys):

@@ -210,6 +210,11 @@ def cmd_distribution(args: argparse.Namespace) -> None:
     from efa_image import distribution as dist
 
     itype = dist.instance_type(args.instance_type)
+    if args.check and (args.processes_per_host is not None or args.efa is not None):
+        raise EfaImageError(
+            "--processes-per-host and --efa shape a printed config: drop them "
+            "with --check, which reads yours"
+        )
     if args.check:
         config = dist.load_config(args.check)
         if args.sdk == "v3":

@@ -12,9 +12,11 @@ rule) are checked here once:
 - processes per host at most the instance's GPUs
   (data/sagemaker_instance_types.yml);
 - no MCA parameter the launcher passes itself, above all
-  `--mca btl_vader_single_copy_mechanism none`: Open MPI refuses a parameter
-  listed twice (toolkit mpi.py MasterRunner._create_command; SDK v3
-  mpi_utils.get_mpirun_command);
+  `--mca btl_vader_single_copy_mechanism none` (toolkit mpi.py
+  MasterRunner._create_command; SDK v3 mpi_utils.get_mpirun_command): Open
+  MPI 4, which AWS's images and the EFA installer's openmpi40-aws carry,
+  refuses a parameter listed twice (the guide's error; Open MPI 5.0.7 let it
+  pass when tried here, so the rule is for the images SageMaker runs);
 - the EFA flags only where the instance type has EFA, and
   FI_EFA_USE_DEVICE_RDMA only where EFA reaches GPU memory;
 - model parallel and data parallel never together, smdistributed versions only
@@ -356,6 +358,8 @@ def _efa_flag(value: str, itype: InstanceType, where: str) -> list[Finding]:
                 )
             ]
     if name == "FI_EFA_USE_DEVICE_RDMA" and value != f"{name}=0":
+        if itype.efa is False:
+            return [Finding("error", f"{where}: remove -x {value}: {itype.name} has no EFA")]
         if itype.gpudirect_rdma is False:
             return [
                 Finding(
