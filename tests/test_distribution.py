@@ -7,16 +7,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from efa_image import cli, distribution, smdistributed
+from efa_image import cli, distribution, distribution_snippets, instance_types, smdistributed
 from efa_image.distribution import DistributionError
+from efa_image.instance_types import InstanceTypeError
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src/efa_image/data/sagemaker_instance_types.yml"
-P4D = distribution.instance_type("ml.p4d.24xlarge")
-P3 = distribution.instance_type("ml.p3.16xlarge")
-P3DN = distribution.instance_type("ml.p3dn.24xlarge")
-G6E = distribution.instance_type("ml.g6e.48xlarge")
-P5 = distribution.instance_type("ml.p5.48xlarge")
+P4D = instance_types.instance_type("ml.p4d.24xlarge")
+P3 = instance_types.instance_type("ml.p3.16xlarge")
+P3DN = instance_types.instance_type("ml.p3dn.24xlarge")
+G6E = instance_types.instance_type("ml.g6e.48xlarge")
+P5 = instance_types.instance_type("ml.p5.48xlarge")
 EFA_OPTIONS = "-x FI_EFA_USE_DEVICE_RDMA=1 -x FI_PROVIDER=efa -x RDMAV_FORK_SAFE=1"
 NEWEST_MP = "1.15.0"
 
@@ -62,21 +63,21 @@ def test_table_is_well_formed_and_names_its_sources():
 
 
 def test_loader_matches_the_file_and_refuses_a_bad_entry(tmp_path):
-    table = distribution.load_instance_types()
+    table = instance_types.load_instance_types()
     assert len(table) == len(yaml.safe_load(DATA.read_text())["instance_types"])
     bad = tmp_path / "types.yml"
     bad.write_text(
         "instance_types:\n  ml.x.large: {gpus: 1, gpu: V100, efa: false, gpudirect_rdma: true, "
         "sources: [sdk]}\n"
     )
-    with pytest.raises(DistributionError, match="GPUDirect RDMA only with EFA"):
-        distribution.load_instance_types(bad)
+    with pytest.raises(InstanceTypeError, match="GPUDirect RDMA only with EFA"):
+        instance_types.load_instance_types(bad)
 
 
 def test_instance_type_accepts_the_ec2_name_and_refuses_an_unknown_one():
-    assert distribution.instance_type("p4d.24xlarge") == P4D
-    with pytest.raises(DistributionError, match=r"unknown .*'ml.p9.huge'.*ml.p4d.24xlarge"):
-        distribution.instance_type("ml.p9.huge")
+    assert instance_types.instance_type("p4d.24xlarge") == P4D
+    with pytest.raises(InstanceTypeError, match=r"unknown .*'ml.p9.huge'.*ml.p4d.24xlarge"):
+        instance_types.instance_type("ml.p9.huge")
 
 
 # --- The correct config ------------------------------------------------------
@@ -181,7 +182,7 @@ def test_processes_per_host_above_the_gpus_is_refused():
         "mpi.processes_per_host: 9 is more than the 8 GPUs of ml.p3.16xlarge: set it to 8 "
         "(one process per GPU)"
     ]
-    one_gpu = distribution.instance_type("ml.p3.2xlarge")
+    one_gpu = instance_types.instance_type("ml.p3.2xlarge")
     config["mpi"]["processes_per_host"] = 2
     assert "more than the 1 GPUs" in errors(distribution.check(config, one_gpu))[0]
     with pytest.raises(DistributionError, match="more than the 8 GPUs"):
@@ -357,7 +358,7 @@ def test_v3_mpi_fields_are_checked_like_v2():
 
 
 def test_v3_snippet_uses_the_sdks_classes_and_refuses_smdistributed():
-    snippet = distribution.render_v3(distribution.recommend(P4D, "mpi"), P4D, "mpi")
+    snippet = distribution_snippets.render_v3(distribution.recommend(P4D, "mpi"), P4D, "mpi")
     assert "from sagemaker.train.distributed import MPI" in snippet
     assert "from sagemaker.train import ModelTrainer" in snippet
     assert "process_count_per_node=8," in snippet
@@ -367,7 +368,7 @@ def test_v3_snippet_uses_the_sdks_classes_and_refuses_smdistributed():
     )
     for library in ("modelparallel", "dataparallel"):
         with pytest.raises(DistributionError, match="use --sdk v2"):
-            distribution.render_v3(distribution.recommend(P4D, library), P4D, library)
+            distribution_snippets.render_v3(distribution.recommend(P4D, library), P4D, library)
 
 
 # --- hyperparameters.json ----------------------------------------------------

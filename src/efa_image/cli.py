@@ -208,8 +208,10 @@ def cmd_verify(args: argparse.Namespace) -> None:
 
 def cmd_distribution(args: argparse.Namespace) -> None:
     from efa_image import distribution as dist
+    from efa_image import distribution_snippets as snippets
+    from efa_image.instance_types import instance_type
 
-    itype = dist.instance_type(args.instance_type)
+    itype = instance_type(args.instance_type)
     if args.check and (args.processes_per_host is not None or args.efa is not None):
         raise EfaImageError(
             "--processes-per-host and --efa shape a printed config: drop them "
@@ -231,9 +233,9 @@ def cmd_distribution(args: argparse.Namespace) -> None:
         version = dist.resolve_version(args.library, args.version)
         config = dist.recommend(itype, args.library, version, args.processes_per_host, args.efa)
         if args.sdk == "v3":
-            print(dist.render_v3(config, itype, args.library))
+            print(snippets.render_v3(config, itype, args.library))
         else:
-            print(dist.render_v2(config, itype, args.library, version))
+            print(snippets.render_v2(config, itype, args.library, version))
     if args.hyperparameters:
         if not args.entry_point:
             raise EfaImageError("--hyperparameters needs --entry-point SCRIPT (e.g. train.py)")

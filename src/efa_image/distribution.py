@@ -37,7 +37,6 @@ import logging
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,8 @@ import yaml
 
 from efa_image import smdistributed
 from efa_image.errors import EfaImageError
+from efa_image.instance_types import InstanceType
 
-DATA = "sagemaker_instance_types.yml"
 LIBRARIES = ("mpi", "dataparallel", "modelparallel")
 SDKS = ("v2", "v3")
 RENAMED = (1, 6, 0)  # smdistributed-modelparallel: partitions -> pipeline_parallel_degree
@@ -109,25 +108,7 @@ P5_NEEDS_TORCH_DISTRIBUTED = "p5.48xlarge"  # the SDK's substring test
 
 
 class DistributionError(EfaImageError, ValueError):
-    """Bad input (unknown instance type, unreadable config): the message says the fix."""
-
-
-@dataclass(frozen=True)
-class InstanceType:
-    name: str
-    gpus: int
-    gpu: str | None
-    efa: bool | None
-    gpudirect_rdma: bool | None
-    sources: tuple[str, ...]
-
-    def describe(self) -> str:
-        """'ml.p4d.24xlarge: 8 x A100, EFA, GPUDirect RDMA over EFA'."""
-        parts = [f"{self.gpus} x {self.gpu or 'GPU (model not sourced)'}"]
-        parts.append({True: "EFA", False: "no EFA", None: "EFA unknown"}[self.efa])
-        if self.efa and self.gpudirect_rdma:
-            parts.append("GPUDirect RDMA over EFA")
-        return f"{self.name}: {', '.join(parts)}"
+    """Bad input (a version, library or config that cannot work): the message says the fix."""
 
 
 @dataclass(frozen=True)
@@ -141,59 +122,14 @@ class Finding:
         return f"{self.level}: {self.message}"
 
 
-def _types_from(data: object, where: str) -> dict[str, InstanceType]:
-    if not isinstance(data, Mapping) or not isinstance(data.get("instance_types"), Mapping):
-        raise DistributionError(f"{where}: expected a mapping instance_types: {{ml.TYPE: {{...}}}}")
-    table = {}
-    fields = {"gpus", "gpu", "efa", "gpudirect_rdma", "sources"}
-    for name, raw in data["instance_types"].items():
-        if not str(name).startswith("ml.") or not isinstance(raw, Mapping) or set(raw) != fields:
-            raise DistributionError(f"{where}: {name}: expected ml.NAME with {sorted(fields)}")
-        ok = isinstance(raw["gpus"], int) and raw["gpus"] > 0
-        ok = ok and all(raw[k] in (True, False, None) for k in ("efa", "gpudirect_rdma"))
-        ok = ok and isinstance(raw["sources"], list) and bool(raw["sources"])
-        if not ok or (raw["gpudirect_rdma"] and not raw["efa"]):
-            raise DistributionError(
-                f"{where}: {name}: gpus a positive integer, efa/gpudirect_rdma true, false or "
-                "null (GPUDirect RDMA only with EFA), sources a non-empty list"
-            )
-        gpu = None if raw["gpu"] is None else str(raw["gpu"])
-        table[name] = InstanceType(
-            name, raw["gpus"], gpu, raw["efa"], raw["gpudirect_rdma"], tuple(raw["sources"])
-        )
-    return table
-
-
-def load_instance_types(path: Path | str | None = None) -> dict[str, InstanceType]:
-    """The table in `path`, or the packaged data/sagemaker_instance_types.yml, validated."""
-    if path is None:
-        text = resources.files("efa_image").joinpath("data", DATA).read_text()
-        where = f"efa_image/data/{DATA}"
-    else:
-        text, where = Path(path).read_text(), str(path)
-    return _types_from(yaml.safe_load(text), where)
-
-
-def instance_type(name: str, table: Mapping[str, InstanceType] | None = None) -> InstanceType:
-    """'ml.p4d.24xlarge' or 'p4d.24xlarge'; an unknown one names the known ones."""
-    types = table if table is not None else load_instance_types()
-    full = name if name.startswith("ml.") else f"ml.{name}"
-    if full not in types:
-        raise DistributionError(
-            f"unknown SageMaker GPU training instance type {name!r}; known: {', '.join(types)} "
-            f"(add it with its source to src/efa_image/data/{DATA})"
-        )
-    return types[full]
-
-
-def _version_key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
 def known_versions(library: str, builds: smdistributed.Builds | None = None) -> list[str]:
     """The smdistributed versions of data/smdistributed_builds.yml, oldest first."""
     table = builds if builds is not None else smdistributed.load_builds()
-    return sorted({build.version for build in table[library]}, key=_version_key)
+    return sorted({build.version for build in table[library]}, key=version_key)
 
 
 def resolve_version(
@@ -280,7 +216,7 @@ def recommend(
 
 
 def _renamed(version: str | None) -> bool:
-    return version is not None and _version_key(version) >= RENAMED
+    return version is not None and version_key(version) >= RENAMED
 
 
 def _enabled(section: object) -> bool:
@@ -710,93 +646,3 @@ def write_hyperparameters(path: Path | str, values: Mapping[str, str]) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(dict(values), indent=2) + "\n")
-
-
-def python_literal(value: Any, indent: int = 0) -> str:
-    """A dict as Python source to paste (True/False/None, 4-space indents)."""
-    pad = " " * (indent + 4)
-    if isinstance(value, Mapping):
-        if not value:
-            return "{}"
-        items = [
-            f"{pad}{json.dumps(str(k))}: {python_literal(v, indent + 4)}," for k, v in value.items()
-        ]
-        return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(python_literal(v, indent) for v in value) + "]"
-    if value is True or value is False or value is None:
-        return repr(value)
-    return json.dumps(value)
-
-
-def render_v2(
-    config: Mapping[str, Any], itype: InstanceType, library: str, version: str | None
-) -> str:
-    """The SDK v2 snippet: the checked dict and the PyTorch estimator it goes into."""
-    lines = [f"# {itype.describe()}"]
-    framework = ""
-    if version:
-        build = max(
-            (b for b in smdistributed.load_builds()[library] if b.version == version),
-            key=lambda b: _version_key(b.pytorch),
-        )
-        lines.append(f"# smdistributed-{library} {build.describe()}")
-        py = f"py{build.python[2:]}"
-        framework = f'    framework_version="{build.pytorch}",\n    py_version="{py}",\n'
-    lines.append("distribution = " + python_literal(config))
-    lines.append("")
-    lines.append("# SageMaker Python SDK v2:")
-    lines.append("from sagemaker.pytorch import PyTorch")
-    lines.append("")
-    lines.append(
-        "estimator = PyTorch(\n"
-        '    entry_point="train.py",\n'
-        '    source_dir=".",\n'
-        "    role=role,\n"
-        f'    instance_type="{itype.name}",\n'
-        "    instance_count=2,\n"
-        + (framework or '    image_uri="<your image in ECR>",\n')
-        + "    distribution=distribution,\n"
-        ")"
-    )
-    return "\n".join(lines)
-
-
-def render_v3(config: Mapping[str, Any], itype: InstanceType, library: str) -> str:
-    """The SDK v3 ModelTrainer snippet (sagemaker.train) for plain MPI."""
-    if library != "mpi":
-        reason = (
-            "ModelTrainer's SMP (Torchrun(smp=SMP(...))) configures model parallel v2, and "
-            + smdistributed.V2_NOTE
-            if library == "modelparallel"
-            else "ModelTrainer has no class for smdistributed dataparallel (its Torchrun and MPI "
-            "drivers start torchrun or mpirun, not the SMDDP launcher)"
-        )
-        raise DistributionError(
-            f"--sdk v3 --library {library}: {reason}; use --sdk v2 (the PyTorch estimator's "
-            "distribution= dict) for this project's smdistributed builds"
-        )
-    mpi = config["mpi"]
-    options = shlex.split(mpi.get("custom_mpi_options", ""))
-    fields = [f"        process_count_per_node={mpi['processes_per_host']},"]
-    if options:
-        fields.append(f"        mpi_additional_options={python_literal(options)},")
-    return "\n".join(
-        [
-            f"# {itype.describe()}",
-            "# SageMaker Python SDK v3:",
-            "from sagemaker.core.training.configs import Compute, SourceCode",
-            "from sagemaker.train import ModelTrainer",
-            "from sagemaker.train.distributed import MPI",
-            "",
-            "trainer = ModelTrainer(",
-            '    training_image="<your image in ECR>",',
-            '    source_code=SourceCode(source_dir=".", entry_script="train.py"),',
-            f'    compute=Compute(instance_type="{itype.name}", instance_count=2),',
-            "    distributed=MPI(",
-            *fields,
-            "    ),",
-            ")",
-            "trainer.train()",
-        ]
-    )
