@@ -465,7 +465,9 @@ def test_command_prints_the_v2_dict_and_writes_hyperparameters(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert '"pipeline_parallel_degree": 2,' in printed and '"enabled": True,' in printed
     assert f'"custom_mpi_options": "{EFA_OPTIONS}",' in printed
-    assert 'framework_version="2.0.0",' in printed
+    assert "smdistributed-modelparallel 1.15.0: the image needs" in printed
+    assert "1.15.0 (PyTorch 2.0.0, cu118, cp310" in printed and "1.15.0 (PyTorch 1.13.1" in printed
+    assert 'image_uri="<your image in ECR>",' in printed
     values = json.loads(out.read_text())
     assert values["sagemaker_program"] == '"train.py"'
     assert values["sagemaker_instance_type"] == '"ml.p4d.24xlarge"'
@@ -522,6 +524,23 @@ def test_command_check_refuses_the_options_that_shape_a_printed_config(tmp_path,
     argv = ["distribution", "--instance-type", "ml.p4d.24xlarge", "--library", "mpi"]
     assert cli.main([*argv, "--check", str(config), "--processes-per-host", "8"]) == 1
     assert "drop them with --check" in capsys.readouterr().err
+
+
+def test_command_v3_check_reads_the_mpi_fields(tmp_path, capsys):
+    config = tmp_path / "trainer.yaml"
+    config.write_text(
+        "distributed:\n  class: MPI\n  process_count_per_node: 8\n"
+        "  mpi_additional_options: [-mca, plm_rsh_num_concurrent, '4']\n"
+    )
+    argv = ["distribution", "--instance-type", "ml.p3.16xlarge", "--library", "mpi"]
+    assert cli.main([*argv, "--sdk", "v3", "--check", str(config)]) == 1
+    assert capsys.readouterr().out == (
+        "error: mpi.custom_mpi_options: remove '-mca plm_rsh_num_concurrent 4': ModelTrainer's "
+        "MPI driver already passes -mca plm_rsh_num_concurrent, and mpirun fails on an MCA "
+        "parameter listed twice\n"
+    )
+    assert cli.main([*argv, "--check", str(config)]) == 1  # as v2: not a distribution dict
+    assert "enables no strategy" in capsys.readouterr().out
 
 
 def test_command_v3_and_its_refusals(capsys):

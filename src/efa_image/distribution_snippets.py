@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from efa_image import smdistributed
-from efa_image.distribution import DistributionError, version_key
+from efa_image.distribution import DistributionError
 from efa_image.instance_types import InstanceType
 
 
@@ -36,17 +36,19 @@ def python_literal(value: Any, indent: int = 0) -> str:
 def render_v2(
     config: Mapping[str, Any], itype: InstanceType, library: str, version: str | None
 ) -> str:
-    """The SDK v2 snippet: the checked dict and the PyTorch estimator it goes into."""
+    """The SDK v2 snippet: the checked dict and the PyTorch estimator it goes into.
+
+    With image_uri, not framework_version: the SDK then skips its own lists of
+    framework versions (smdataparallel's ends at PyTorch 2.2.0, older than the
+    newest build), and this project's images are the user's own.
+    """
     lines = [f"# {itype.describe()}"]
-    framework = ""
     if version:
-        build = max(
-            (b for b in smdistributed.load_builds()[library] if b.version == version),
-            key=lambda b: version_key(b.pytorch),
+        builds = [b for b in smdistributed.load_builds()[library] if b.version == version]
+        lines.append(
+            f"# smdistributed-{library} {version}: the image needs the PyTorch, CUDA and Python "
+            f"of one of its builds: {', '.join(b.describe() for b in builds)}"
         )
-        lines.append(f"# smdistributed-{library} {build.describe()}")
-        py = f"py{build.python[2:]}"
-        framework = f'    framework_version="{build.pytorch}",\n    py_version="{py}",\n'
     lines.append("distribution = " + python_literal(config))
     lines.append("")
     lines.append("# SageMaker Python SDK v2:")
@@ -59,8 +61,8 @@ def render_v2(
         "    role=role,\n"
         f'    instance_type="{itype.name}",\n'
         "    instance_count=2,\n"
-        + (framework or '    image_uri="<your image in ECR>",\n')
-        + "    distribution=distribution,\n"
+        '    image_uri="<your image in ECR>",  # e.g. efa-image build --flavor sagemaker\n'
+        "    distribution=distribution,\n"
         ")"
     )
     return "\n".join(lines)
