@@ -206,6 +206,51 @@ def cmd_verify(args: argparse.Namespace) -> None:
             raise EfaImageError(f"the MPI job across {args.hosts} containers failed")
 
 
+def cmd_distribution(args: argparse.Namespace) -> None:
+    from efa_image import distribution as dist
+    from efa_image import distribution_snippets as snippets
+    from efa_image.instance_types import instance_type
+
+    itype = instance_type(args.instance_type)
+    if args.check and (args.processes_per_host is not None or args.efa is not None):
+        raise EfaImageError(
+            "--processes-per-host and --efa shape a printed config: drop them "
+            "with --check, which reads yours"
+        )
+    if args.check:
+        config = dist.load_config(args.check)
+        if args.sdk == "v3":
+            config = dist.from_v3(config)
+        version = dist.resolve_version(args.library, args.version) if args.version else None
+        findings = dist.check(config, itype, args.library, version, args.sdk)
+        for finding in findings:
+            print(finding.render())
+        errors = sum(f.level == "error" for f in findings)
+        if errors:
+            raise EfaImageError(f"{args.check}: {errors} problem(s) for {itype.name}, see above")
+        print(f"{args.check}: ok for {itype.name}")
+    else:
+        version = dist.resolve_version(args.library, args.version)
+        config = dist.recommend(itype, args.library, version, args.processes_per_host, args.efa)
+        if args.sdk == "v3":
+            print(snippets.render_v3(config, itype, args.library))
+        else:
+            print(snippets.render_v2(config, itype, args.library, version))
+    if args.hyperparameters:
+        if not args.entry_point:
+            raise EfaImageError("--hyperparameters needs --entry-point SCRIPT (e.g. train.py)")
+        values = dist.hyperparameters(
+            config,
+            args.entry_point,
+            args.submit_directory,
+            instance_type=itype.name,
+            job_name=args.job_name,
+            region=args.region,
+        )
+        dist.write_hyperparameters(args.hyperparameters, values)
+        print(f"hyperparameters: {args.hyperparameters} ({len(values)} keys)", file=sys.stderr)
+
+
 def _artifact_options(parser: argparse.ArgumentParser, selection: bool = True) -> None:
     parser.add_argument("--lock", metavar="FILE", help="lock file (default: the project's)")
     parser.add_argument(
@@ -395,6 +440,48 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("name", metavar="NAME")
     _artifact_options(update, selection=False)
     update.set_defaults(func=cmd_lock_update)
+
+    dist_cmd = sub.add_parser(
+        "distribution",
+        help="print a checked SageMaker distribution config, or check one (--check FILE)",
+        description="Print the SageMaker Python SDK's distribution config (v2: the PyTorch "
+        "estimator's distribution= dict; v3: ModelTrainer's distributed=MPI(...)) for an "
+        "instance type and library, checked against the traps of AWS's guide; or check a "
+        "user's config (JSON or YAML) and print each problem with its fix. --hyperparameters "
+        "writes the hyperparameters.json SageMaker derives from the config.",
+    )
+    dist_cmd.add_argument("--instance-type", required=True, metavar="TYPE", help="ml.p4d.24xlarge")
+    dist_cmd.add_argument(
+        "--library", required=True, choices=("mpi", "dataparallel", "modelparallel")
+    )
+    dist_cmd.add_argument(
+        "--version",
+        metavar="V",
+        help="smdistributed version (default: the newest of src/efa_image/data/"
+        "smdistributed_builds.yml)",
+    )
+    dist_cmd.add_argument(
+        "--processes-per-host", type=int, metavar="N", help="default: the instance's GPUs"
+    )
+    dist_cmd.add_argument("--sdk", choices=("v2", "v3"), default="v2", help="default v2")
+    dist_cmd.add_argument(
+        "--efa",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the guide's EFA flags in custom_mpi_options (default: where the type has EFA)",
+    )
+    dist_cmd.add_argument("--check", metavar="FILE", help="check this config instead")
+    dist_cmd.add_argument("--hyperparameters", metavar="OUT", help="write hyperparameters.json")
+    dist_cmd.add_argument("--entry-point", metavar="SCRIPT", help="with --hyperparameters")
+    dist_cmd.add_argument(
+        "--submit-directory",
+        metavar="DIR",
+        default="/opt/ml/code",
+        help="with --hyperparameters: sagemaker_submit_directory (default /opt/ml/code)",
+    )
+    dist_cmd.add_argument("--job-name", help="with --hyperparameters: sagemaker_job_name")
+    dist_cmd.add_argument("--region", help="with --hyperparameters: sagemaker_region")
+    dist_cmd.set_defaults(func=cmd_distribution)
     return parser
 
 
