@@ -62,7 +62,7 @@ bench: setup
 BUILD_SCENARIOS := efa/default openmpi aws_ofi_nccl nccl/source
 BUILD_LATE_SCENARIOS := metis rmm pytorch smdistributed mpi_ssh nccl/default
 CHECK_SCENARIOS := artifact common efa/package_refused
-BUILD_IMAGE_TESTS := tests/image/test_image_build.py
+BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py tests/image/test_sagemaker_image.py
 
 test: setup

@@ -64,6 +64,8 @@ class BuildResult:
     # image with the same fingerprint was tagged and nothing was built.
     fingerprint: str = ""
     reused: bool = False
+    # With --push: every pushed REPOSITORY:TAG and its registry digest (efa_image.push).
+    pushed: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -78,10 +80,15 @@ def component_versions(artifacts: list[Artifact]) -> dict[str, str]:
 
 
 def tags_for(request: BuildRequest, versions: dict[str, str]) -> list[str]:
-    """`efa-portable` and one naming every component version, docker-tag safe."""
+    return component_tags(request.flavor, request.profile, versions)
+
+
+def component_tags(flavor: str, profile: str, versions: dict[str, str]) -> list[str]:
+    """`efa-portable` and one naming every component version, docker-tag safe (also what
+    efa_image.push derives from a built image's labels)."""
     parts = [f"{name.replace('_', '')}{version}" for name, version in sorted(versions.items())]
-    detailed = re.sub(r"[^A-Za-z0-9_.-]", "-", "-".join([request.flavor, request.profile, *parts]))
-    return [f"{request.flavor}-{request.profile}", detailed[:128]]
+    detailed = re.sub(r"[^A-Za-z0-9_.-]", "-", "-".join([flavor, profile, *parts]))
+    return [f"{flavor}-{profile}", detailed[:128]]
 
 
 def build(request: BuildRequest, context: Context) -> BuildResult:

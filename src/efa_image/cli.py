@@ -161,7 +161,7 @@ def cmd_lock_update(args: argparse.Namespace) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> None:
-    from efa_image import build
+    from efa_image import build, push
 
     context = _context(args)
     ensure_docker()
@@ -178,11 +178,24 @@ def cmd_build(args: argparse.Namespace) -> None:
         build_cache=args.build_cache,
         rebuild=args.rebuild,
     )
+    if args.push:
+        push.destination(args.push)  # a bad repository stops before the build, not after
     result = build.build(request, context)
-    if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(result.to_json())
-        print(f"report: {args.report}")
+    try:
+        if args.push:
+            result.pushed = push.push(result.image, args.push).digests
+    finally:
+        if args.report:
+            Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.report).write_text(result.to_json())
+            print(f"report: {args.report}")
+
+
+def cmd_push(args: argparse.Namespace) -> None:
+    from efa_image import push
+
+    ensure_docker()
+    push.push(args.image, args.repository)
 
 
 def cmd_verify(args: argparse.Namespace) -> None:
@@ -366,7 +379,30 @@ def build_parser() -> argparse.ArgumentParser:
     build_cmd.add_argument(
         "--report", metavar="FILE", help="write durations (stages, roles), sizes and tags as JSON"
     )
+    build_cmd.add_argument(
+        "--push",
+        metavar="REPOSITORY",
+        help="then push the verified image under its tags to REGISTRY/NAME (ECR: logs in "
+        "with the aws CLI); the report lists the pushed digests",
+    )
     build_cmd.set_defaults(func=cmd_build)
+
+    push_cmd = sub.add_parser(
+        "push",
+        help="push a verified image under every tag its build gave it (ECR: logs in)",
+        description="Push IMAGE, which must have passed verification in `efa-image build` on "
+        "this machine (its fingerprint recorded as verified), to REPOSITORY "
+        "(HOST[:PORT]/NAME, no tag) under its flavour-profile and component tags. For an ECR "
+        "URI (<account>.dkr.ecr.<region>.amazonaws.com/<name>) it logs in first with `aws ecr "
+        "get-login-password`. Prints each pushed tag's digest.",
+    )
+    push_cmd.add_argument("image", metavar="IMAGE", help="a tag or ID of a verified build")
+    push_cmd.add_argument(
+        "repository",
+        metavar="REPOSITORY",
+        help="HOST[:PORT]/NAME, e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/efa-image",
+    )
+    push_cmd.set_defaults(func=cmd_push)
 
     verify_cmd = sub.add_parser(
         "verify",

@@ -37,13 +37,27 @@ def image_id(ref: str) -> str:
     return inspect(ref, "{{.Id}}").strip()
 
 
+def labels(ref: str) -> dict[str, str]:
+    """The labels of a local image."""
+    return json.loads(inspect(ref, "{{json .Config.Labels}}") or "null") or {}
+
+
 def label(ref: str, name: str) -> str | None:
     """One label of a local image; None when the image or the label is absent."""
     try:
-        labels = json.loads(inspect(ref, "{{json .Config.Labels}}") or "null") or {}
+        return labels(ref).get(name)
     except CommandError:
         return None
-    return labels.get(name)
+
+
+def repo_tags(ref: str) -> list[str]:
+    """Every REPOSITORY:TAG of a local image."""
+    return json.loads(inspect(ref, "{{json .RepoTags}}") or "null") or []
+
+
+def repo_digests(ref: str) -> list[str]:
+    """REPOSITORY@sha256:... of a local image, one per registry it was pushed to or pulled from."""
+    return json.loads(inspect(ref, "{{json .RepoDigests}}") or "null") or []
 
 
 def image_env(ref: str) -> list[str]:

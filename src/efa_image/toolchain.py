@@ -50,6 +50,8 @@ REQUIREMENTS = (
     Requirement("git", "git"),
     Requirement("make", "make"),
     Requirement("xz-utils", "xz"),
+    # The CNCF distribution registry: the push tests serve one on loopback.
+    Requirement("docker-registry", "docker-registry"),
 )
 
 
