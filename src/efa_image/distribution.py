@@ -53,28 +53,20 @@ RENAMED = (1, 6, 0)  # smdistributed-modelparallel: partitions -> pipeline_paral
 EFA_FLAGS = ("FI_EFA_USE_DEVICE_RDMA=1", "FI_PROVIDER=efa", "RDMAV_FORK_SAFE=1")
 # MCA parameters each launcher already passes: a second -mca for one of them
 # makes mpirun refuse ("MCA parameters can only be listed once").
+# sagemaker-training toolkit, src/sagemaker_training/mpi.py MasterRunner._create_command
+_TOOLKIT_MCA = (
+    "btl_tcp_if_include",
+    "oob_tcp_if_include",
+    "plm_rsh_no_tree_spawn",
+    "pml",
+    "btl",
+    "orte_abort_on_non_zero_status",
+    "btl_vader_single_copy_mechanism",
+)
 LAUNCHER_MCA = {
-    # sagemaker-training toolkit, src/sagemaker_training/mpi.py MasterRunner._create_command
-    "v2": (
-        "btl_tcp_if_include",
-        "oob_tcp_if_include",
-        "plm_rsh_no_tree_spawn",
-        "pml",
-        "btl",
-        "orte_abort_on_non_zero_status",
-        "btl_vader_single_copy_mechanism",
-    ),
+    "v2": _TOOLKIT_MCA,
     # SDK v3 container_drivers/distributed_drivers/mpi_utils.py get_mpirun_command
-    "v3": (
-        "btl_tcp_if_include",
-        "oob_tcp_if_include",
-        "plm_rsh_no_tree_spawn",
-        "pml",
-        "btl",
-        "orte_abort_on_non_zero_status",
-        "btl_vader_single_copy_mechanism",
-        "plm_rsh_num_concurrent",
-    ),
+    "v3": (*_TOOLKIT_MCA, "plm_rsh_num_concurrent"),
 }
 DEFAULT_MP_PARAMETERS = {"microbatches": 4, "ddp": True}
 DEFAULT_PIPELINE_DEGREE = 2
