@@ -67,6 +67,9 @@ class Artifact:
     # The wheel set this file belongs to ("" for an entry of its own), and its version.
     wheelset: str = ""
     wheelset_version: str = ""
+    # The set's `excluded`: (project, version) that the resolution left out, e.g.
+    # ("nvidia-nccl-cu12", "2.21.5"), the NCCL PyTorch pins and was built with.
+    wheelset_excluded: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def pinned(self) -> bool:
@@ -182,6 +185,7 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
     methods = entry.get("methods") or []
     if not isinstance(methods, list):
         raise LockError(f"{where}.methods: expected a list of role methods")
+    excluded = _excluded(entry.get("excluded"), f"{where}.excluded")
     members: dict[str, Artifact] = {}
     for index, wheel in enumerate(wheels):
         at = f"{where}.wheels[{index}]"
@@ -208,8 +212,21 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
             origin=at,
             wheelset=name,
             wheelset_version=_text(entry["version"]),
+            wheelset_excluded=excluded,
         )
     return list(members.values())
+
+
+def _excluded(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A wheel set's `excluded` mapping (project -> version) as sorted pairs."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or not all(_text(v) for v in value.values()):
+        raise LockError(
+            f"{where}: expected a mapping of project to version, as `efa-image lock update` "
+            'writes it (e.g. nvidia-nccl-cu12: "2.21.5")'
+        )
+    return tuple(sorted((canonical_project(str(k)), _text(v)) for k, v in value.items()))
 
 
 def merge_overlay(
