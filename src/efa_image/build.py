@@ -155,7 +155,14 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     owner = f"pid:{os.getpid()}"
     path = images.base_path(request.base_image)
     variables = packer.packer_vars(
-        request, versions, path, owner, cuda.home, inputs.digest, str(manifest)
+        request,
+        versions,
+        path,
+        owner,
+        cuda.home,
+        inputs.digest,
+        str(manifest),
+        allow_unpinned=context.store.allow_unpinned,
     )
     var_file.write_text(json.dumps(variables, indent=2) + "\n")
     with timer.step("packer build"):
