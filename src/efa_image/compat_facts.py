@@ -103,24 +103,22 @@ def torch_facts(needed: list[Artifact], image_nccl: str | None) -> dict[str, str
     return facts
 
 
-def _refusal(result: compat.Check) -> EfaImageError:
-    return EfaImageError(
-        "incompatible versions, nothing was built:\n"
-        + "\n".join(f"  - {v.message} ({v.reference})" for v in result.violations)
-    )
-
-
-def check_compatibility(facts: dict[str, str]) -> compat.Check:
-    """Every rule's outcome is printed; violations stop the build before any build work."""
+def check_compatibility(facts: dict[str, str], every_outcome: bool = True) -> compat.Check:
+    """Every rule's outcome is printed (only the violations without `every_outcome`);
+    violations stop the build before any build work."""
     result = compat.check(facts)
-    for rule in result.passed:
-        print(f"  ok   {rule}")
-    for skipped in result.skipped:
-        print(f"  skip {skipped.rule}: {skipped.why}")
+    if every_outcome:
+        for rule in result.passed:
+            print(f"  ok   {rule}")
+        for skipped in result.skipped:
+            print(f"  skip {skipped.rule}: {skipped.why}")
     for violation in result.violations:
         print(f"  BAD  {violation.rule}: {violation.message}")
     if not result.ok:
-        raise _refusal(result)
+        raise EfaImageError(
+            "incompatible versions, nothing was built:\n"
+            + "\n".join(f"  - {v.message} ({v.reference})" for v in result.violations)
+        )
     return result
 
 
@@ -131,12 +129,8 @@ def check_lock_compatibility(
     before the base image is looked at: a violation stops the build at once. The
     rules needing the base image's facts are skipped here and judged (and every
     outcome printed) at the compatibility step."""
-    result = compat.check(compat_facts(needed, roles, methods, BaseCuda()))
-    for violation in result.violations:
-        print(f"  BAD  {violation.rule}: {violation.message}")
-    if not result.ok:
-        raise _refusal(result)
-    return result
+    facts = compat_facts(needed, roles, methods, BaseCuda())
+    return check_compatibility(facts, every_outcome=False)
 
 
 def needs_nvcc(needed: list[Artifact]) -> bool:
