@@ -8,6 +8,9 @@ locals {
     "EFA_IMAGE_LOCK_OVERLAY=${var.lock_overlay}",
     "EFA_IMAGE_BUILD_CACHE=${var.build_cache}",
   ]
+  # The artifact role's options that efa-image build passes on (JSON: a boolean
+  # stays a boolean).
+  artifact_vars = jsonencode({ artifact_allow_unpinned = var.allow_unpinned })
   # The project's virtualenv (make setup) holds Ansible and the efa_image
   # package its plugins import: packer build needs no activated virtualenv.
   venv_ansible_playbook = "${path.root}/../.venv/bin/ansible-playbook"
@@ -41,6 +44,7 @@ build {
       ["--extra-vars", "ansible_host=${local.container} ansible_connection=community.docker.docker"],
       ["--extra-vars", "efa_image_profile=${var.profile} efa_image_base_image=${var.base_image} efa_image_cuda_home=${var.cuda_home}"],
       ["--extra-vars", "efa_image_fingerprint=${var.fingerprint}"],
+      ["--extra-vars", local.artifact_vars],
       [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
     )
     only = ["docker.image"]
@@ -52,6 +56,7 @@ build {
     ansible_env_vars = local.ansible_env_vars
     extra_arguments = concat(
       ["--become", "--extra-vars", "efa_image_profile=${var.profile} efa_mode=host efa_image_base_image=${var.aws_source_ami_name} efa_image_cuda_home=${var.cuda_home}"],
+      ["--extra-vars", local.artifact_vars],
       [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
     )
     only = ["amazon-ebs.ami"]

@@ -120,6 +120,12 @@ variable "lock_overlay" {
   description = "Colon-separated lock overlay files applied after the profile's own (default: EFA_IMAGE_LOCK_OVERLAY); relative paths are under playbooks/."
 }
 
+variable "allow_unpinned" {
+  type        = bool
+  default     = false
+  description = "Accept artifacts without a sha256 in the lock (efa-image build --allow-unpinned; not reproducible): the roles' artifact_allow_unpinned. Without it a role refuses an unpinned artifact before any change."
+}
+
 variable "ansible_playbook" {
   type        = string
   default     = ""

@@ -1,8 +1,8 @@
 """The distro profile: the base image's libfabric package as a compatibility fact.
 
-The probe's output is the one roles/efa/files/libfabric-package-probe.sh printed
-in Debian 13 and Debian 12 base images here; the rules then judge that version
-and the EFA provider before any build work.
+The probe's output is the one roles/common/files/package-probe.sh printed with
+the efa role's arguments in Debian 13 and Debian 12 base images here; the rules
+then judge that version and the EFA provider before any build work.
 """
 
 import json
@@ -183,5 +183,11 @@ def test_the_probe_runs_the_roles_script_in_the_base_image(monkeypatch):
     assert found == distro.DistroLibfabric("2.1.0-1.1", True, "candidate")
     docker = ["docker", "run", "--rm", "--entrypoint", "/bin/sh", "efa-image/base:debian13"]
     assert seen[0][:6] == docker
-    assert seen[0][7] == distro.PROBE.read_text() and seen[0][-1] == "libfabric1"
+    assert seen[0][7] == distro.PROBE.read_text()
+    # The efa role's own arguments (vars/Debian.yml and vars/main.yml).
+    assert seen[0][9:] == [
+        "libfabric1",
+        "/libfabric\\.so\\.1",
+        "efa=has:libefa.so.1,efadv_query_device",
+    ]
     assert distro.probe_for("x", load_catalog().methods("portable")) is None

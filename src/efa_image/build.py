@@ -18,7 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from efa_image import base, distro, fingerprint, images, multihost, packer, preflight, verify
-from efa_image.compat_facts import check_compatibility, compat_facts, needs_nvcc
+from efa_image.compat_facts import (
+    check_compatibility,
+    check_lock_compatibility,
+    compat_facts,
+    needs_nvcc,
+)
 from efa_image.containers import target
 from efa_image.context import Context
 from efa_image.errors import EfaImageError
@@ -104,9 +109,12 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     catalog = context.catalog
-    # First, before any slow step: every missing artifact is named within seconds.
+    roles, methods = catalog.roles(request.flavor), catalog.methods(request.profile)
+    # First, before any slow step: what the lock alone makes incompatible (PyTorch's
+    # NCCL and the image's), then every missing artifact, named within seconds.
     with timer.step("pre-flight"):
         selection = context.select(None, request.flavor, request.profile)
+        check_lock_compatibility(selection.artifacts, roles, methods)
         preflight.run(context, selection)
         needed = selection.artifacts
     versions = result.components = component_versions(needed)
@@ -138,7 +146,6 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         cuda = images.probe_cuda(request.base_image)
         print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
     with timer.step("compatibility"):
-        roles, methods = catalog.roles(request.flavor), catalog.methods(request.profile)
         libfabric = distro.probe_for(request.base_image, methods)
         check_compatibility(compat_facts(needed, roles, methods, cuda, libfabric))
         if not cuda.home and needs_nvcc(needed):
@@ -155,7 +162,14 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     owner = f"pid:{os.getpid()}"
     path = images.base_path(request.base_image)
     variables = packer.packer_vars(
-        request, versions, path, owner, cuda.home, inputs.digest, str(manifest)
+        request,
+        versions,
+        path,
+        owner,
+        cuda.home,
+        inputs.digest,
+        str(manifest),
+        allow_unpinned=context.store.allow_unpinned,
     )
     var_file.write_text(json.dumps(variables, indent=2) + "\n")
     with timer.step("packer build"):

@@ -299,7 +299,8 @@ def _artifact_options(parser: argparse.ArgumentParser, selection: bool = True) -
         parser.add_argument(
             "--allow-unpinned",
             action="store_true",
-            help="accept artifacts without a sha256 in the lock (not reproducible)",
+            help="accept artifacts without a sha256 in the lock (not reproducible); build "
+            "passes it on to the roles (artifact_allow_unpinned)",
         )
 
 

@@ -3,10 +3,11 @@
 With the efa role's package method the image's libfabric is whatever the base
 image's distribution packages: `efa-image build` asks the base image (as it
 asks it for CUDA) which version apt would install and whether it has the EFA
-provider, with the same script the role's preflight runs
-(roles/efa/files/libfabric-package-probe.sh): nothing is installed, the apt
-lists are fetched into the throw-away container when the base has none. The
-compatibility rules then judge that version like a built one.
+provider, with the script and the arguments the role's preflight uses
+(roles/common/files/package-probe.sh with the efa role's _efa_package_probe_*
+variables): nothing is installed, the apt lists are fetched into the
+throw-away container when the base has none. The compatibility rules then
+judge that version like a built one.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import yaml
+
 from efa_image.paths import project_root
 from efa_image.runner import run_command
 
-PROBE = project_root() / "roles" / "efa" / "files" / "libfabric-package-probe.sh"
-PACKAGE = "libfabric1"
+PROBE = project_root() / "roles" / "common" / "files" / "package-probe.sh"
+EFA_VARS = project_root() / "roles" / "efa" / "vars"
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,19 @@ def parse_probe(output: str) -> DistroLibfabric:
     )
 
 
-def probe_libfabric(image: str, package: str = PACKAGE) -> DistroLibfabric:
+def probe_arguments() -> list[str]:
+    """PACKAGE MEMBER NAME=CHECK...: the efa role's own (vars/Debian.yml, vars/main.yml)."""
+    package = yaml.safe_load((EFA_VARS / "Debian.yml").read_text())["_efa_package_libfabric"]
+    own = yaml.safe_load((EFA_VARS / "main.yml").read_text())
+    checks = [f"{name}={check}" for name, check in own["_efa_package_probe_checks"].items()]
+    return [package, own["_efa_package_probe_member"], *checks]
+
+
+def probe_libfabric(image: str) -> DistroLibfabric:
     """Run the role's probe in a throw-away container of the base image."""
     shell = ["docker", "run", "--rm", "--entrypoint", "/bin/sh", image]
-    return parse_probe(run_command([*shell, "-c", PROBE.read_text(), "probe", package]).output)
+    argv = [*shell, "-c", PROBE.read_text(), "probe", *probe_arguments()]
+    return parse_probe(run_command(argv).output)
 
 
 def probe_for(image: str, methods: dict[str, str]) -> DistroLibfabric | None:

@@ -67,6 +67,9 @@ class Artifact:
     # The wheel set this file belongs to ("" for an entry of its own), and its version.
     wheelset: str = ""
     wheelset_version: str = ""
+    # The set's `excluded`: (project, version) that the resolution left out, e.g.
+    # ("nvidia-nccl-cu12", "2.21.5"), the NCCL PyTorch pins and was built with.
+    wheelset_excluded: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def pinned(self) -> bool:
@@ -182,6 +185,7 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
     methods = entry.get("methods") or []
     if not isinstance(methods, list):
         raise LockError(f"{where}.methods: expected a list of role methods")
+    excluded = _excluded(entry.get("excluded"), f"{where}.excluded")
     members: dict[str, Artifact] = {}
     for index, wheel in enumerate(wheels):
         at = f"{where}.wheels[{index}]"
@@ -208,8 +212,21 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
             origin=at,
             wheelset=name,
             wheelset_version=_text(entry["version"]),
+            wheelset_excluded=excluded,
         )
     return list(members.values())
+
+
+def _excluded(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A wheel set's `excluded` mapping (project -> version) as sorted pairs."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or not all(_text(v) for v in value.values()):
+        raise LockError(
+            f"{where}: expected a mapping of project to version, as `efa-image lock update` "
+            'writes it (e.g. nvidia-nccl-cu12: "2.21.5")'
+        )
+    return tuple(sorted((canonical_project(str(k)), _text(v)) for k, v in value.items()))
 
 
 def merge_overlay(
@@ -291,64 +308,42 @@ def env_overlays() -> list[Path]:
     return [Path(p) for p in os.environ.get("EFA_IMAGE_LOCK_OVERLAY", "").split(":") if p]
 
 
-def set_sha256(text: str, name: str, sha256: str) -> str:
-    """Rewrite one entry's sha256 line in the lock's text, keeping comments and layout."""
-    lines = text.splitlines(keepends=True)
-    in_lock = False
-    entry_indent: int | None = None
-    for index, line in enumerate(lines):
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        if not stripped or stripped.startswith("#"):
-            continue
-        if indent == 0:
-            in_lock = stripped == f"{LOCK_KEY}:"
-            entry_indent = None
-            continue
-        if not in_lock:
-            continue
-        if stripped == f"{name}:":
-            entry_indent = indent
-            continue
-        if entry_indent is not None:
-            if indent <= entry_indent:
-                break
-            if stripped.startswith("sha256:"):
-                lines[index] = f'{line[:indent]}sha256: "{sha256}"\n'
-                return "".join(lines)
-    raise LockError(f'{LOCK_KEY}.{name}: no `sha256:` line to update (add `sha256: ""`)')
+def field_span(lines: list[str], name: str, key: str) -> tuple[int, int, int] | None:
+    """Where the field `key` of the lock entry `name` lies in the lock's lines.
 
-
-def set_field(text: str, name: str, key: str, value: Any) -> str:
-    """Rewrite one field of an entry (a scalar, list or mapping, with whatever it nests) in
-    the lock's text, keeping everything else, comments included; `value` is written as
-    block YAML at the field's indentation."""
-    lines = text.splitlines(keepends=True)
+    (first, end, indent): the field's own line, one past the last line it nests
+    (deeper lines, and a block list's items at its own indentation), and its
+    indentation. Blank lines and comments that end it belong to what follows.
+    Only the entry's own fields count (not a nested field of the same name, nor
+    an entry of the same name outside the lock's mapping). None when the entry
+    or its field is missing.
+    """
     in_lock = False
     entry_indent: int | None = None
     field_indent = 0
+    entry = re.compile(rf"^{re.escape(name)}:\s*(#.*)?$")
     for index, line in enumerate(lines):
         stripped = line.strip()
         indent = len(line) - len(line.lstrip())
         if not stripped or stripped.startswith("#"):
             continue
         if indent == 0:
-            in_lock = stripped == f"{LOCK_KEY}:"
-            entry_indent = None
+            if entry_indent is not None:
+                return None
+            in_lock = re.match(rf"^{LOCK_KEY}:\s*(#.*)?$", stripped) is not None
             continue
         if not in_lock:
             continue
         if entry_indent is None:
-            if stripped == f"{name}:":
+            if entry.match(stripped):
                 entry_indent = indent
             continue
         if indent <= entry_indent:
-            break
+            return None
         field_indent = field_indent or indent
         if indent != field_indent or not stripped.startswith(f"{key}:"):
             continue
         end = index + 1
-        # What the field nests: deeper lines, and a block list's items at its own indent.
         while end < len(lines):
             following = lines[end]
             depth = len(following) - len(following.lstrip())
@@ -357,15 +352,35 @@ def set_field(text: str, name: str, key: str, value: Any) -> str:
             if content and not nested:
                 break
             end += 1
-        # Blank lines and comments that end the field belong to what follows it.
         while end > index + 1 and (
             not lines[end - 1].strip() or lines[end - 1].strip().startswith("#")
         ):
             end -= 1
-        block = _render_block(key, value, indent)
-        lines[index:end] = [row + "\n" for row in block]
-        return "".join(lines)
-    raise LockError(f"{LOCK_KEY}.{name}: no `{key}:` field to update (add `{key}: []`)")
+        return index, end, indent
+    return None
+
+
+def set_sha256(text: str, name: str, sha256: str) -> str:
+    """Rewrite one entry's sha256 line in the lock's text, keeping comments and layout."""
+    return set_field(text, name, "sha256", sha256)
+
+
+def set_field(text: str, name: str, key: str, value: Any) -> str:
+    """Rewrite one field of an entry (a scalar, list or mapping, with whatever it nests) in
+    the lock's text, keeping everything else, comments included; `value` is written as
+    block YAML at the field's indentation."""
+    lines = text.splitlines(keepends=True)
+    span = field_span(lines, name, key)
+    if span is None:
+        if isinstance(value, Mapping | list):
+            empty = "{}" if isinstance(value, Mapping) else "[]"
+            raise LockError(
+                f"{LOCK_KEY}.{name}: no `{key}:` field to update (add `{key}: {empty}`)"
+            )
+        raise LockError(f'{LOCK_KEY}.{name}: no `{key}:` line to update (add `{key}: ""`)')
+    first, end, indent = span
+    lines[first:end] = [row + "\n" for row in _render_block(key, value, indent)]
+    return "".join(lines)
 
 
 def _render_block(key: str, value: Any, indent: int) -> list[str]:

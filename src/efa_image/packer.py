@@ -36,8 +36,13 @@ def packer_vars(
     cuda_home: str = "",
     fingerprint: str = "",
     manifest: str = "",
+    allow_unpinned: bool = False,
 ) -> dict[str, object]:
-    """The variables of packer/variables.pkr.hcl for one build."""
+    """The variables of packer/variables.pkr.hcl for one build.
+
+    `allow_unpinned`: the store's --allow-unpinned, which the roles then share
+    (artifact_allow_unpinned), so the controller and Ansible accept the same artifacts.
+    """
     labels = {f"org.efa-image.component.{name}": v for name, v in versions.items()}
     return {
         "flavor": request.flavor,
@@ -56,6 +61,7 @@ def packer_vars(
         "cuda_home": cuda_home or CUDA_HOMES[0],
         "fingerprint": fingerprint,
         "manifest": manifest,
+        "allow_unpinned": allow_unpinned,
     }
 
 
