@@ -212,6 +212,8 @@ def unchanged(monkeypatch, tmp_path):
     monkeypatch.setattr(images, "image_id", lambda ref: "sha256:" + "b" * 64)
     monkeypatch.setattr(images, "image_size", lambda ref: 703_000_000)
     monkeypatch.setattr(images, "remove_stale_build_containers", lambda: [])
+    monkeypatch.setattr(build.basecontents, "probe", lambda ref: {})
+    monkeypatch.setattr(images, "probe_cuda", lambda ref: images.BaseCuda())
     tagged: list[str] = []
     monkeypatch.setattr(build, "run_command", lambda argv: tagged.append(argv[-1]))
 
