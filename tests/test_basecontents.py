@@ -151,7 +151,18 @@ def test_the_build_drops_what_the_base_has_and_passes_present(monkeypatch):
     assert set(result.from_base) == {"efa", "openmpi", "nccl"}
     assert result.from_base["efa"]["prefix"] == "/opt/amazon/efa"
     assert result.installed == ["mpi_ssh", "metis", "rmm", "pytorch"]
-    assert build.base_facts(result.from_base) == {"libfabric": "2.1.0", "nccl": "2.30.4"}
+    facts = {"libfabric": "2.1.0", "efa_method": "source", "nccl": "2.30.4"}
+    assert build.base_facts(result.from_base) == facts
+
+
+def test_a_dlcs_libfabric_is_judged_as_the_efa_installers():
+    from_base = basecontents.plan(basecontents.parse_probe(DLC), ["efa", "nccl"]).report()
+    assert build.base_facts(from_base) == {
+        "nccl": "2.23.4",
+        "libfabric": "1.22.0amzn4.0",
+        "efa_method": "efa_installer",
+        "efa_installer": "1.36.0",
+    }
 
 
 def test_no_detect_builds_as_on_a_bare_base(monkeypatch):

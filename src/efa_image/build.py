@@ -159,7 +159,6 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         print(f"{len(needed)} artifacts verified in the cache", flush=True)
     with timer.step("compatibility"):
         roles, methods = catalog.roles(request.flavor), catalog.methods(request.profile)
-        methods = {**methods, **dict.fromkeys(result.from_base, "present")}
         libfabric = distro.probe_for(request.base_image, methods)
         facts = compat_facts(needed, roles, methods, cuda, libfabric)
         check_compatibility({**facts, **base_facts(result.from_base)})
@@ -221,9 +220,16 @@ def use_base_contents(
 
 
 def base_facts(from_base: dict[str, dict]) -> dict[str, str]:
-    """The compatibility facts of the components the base brings (their versions)."""
-    keys = {"efa": "libfabric", "nccl": "nccl"}
-    return {keys[name]: c["version"] for name, c in from_base.items() if name in keys}
+    """The compatibility facts of the components the base brings: their versions, and
+    libfabric judged as the EFA installer's where the installer's record is there."""
+    facts = {"nccl": from_base["nccl"]["version"]} if "nccl" in from_base else {}
+    if efa := from_base.get("efa"):
+        facts["libfabric"] = efa["version"]
+        installer = efa["detail"].get("installer", "")
+        facts["efa_method"] = "efa_installer" if installer else "source"
+        if installer:
+            facts["efa_installer"] = installer
+    return facts
 
 
 def reusable_image(digest: str) -> str | None:
