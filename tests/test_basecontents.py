@@ -101,12 +101,25 @@ def test_another_pytorch_or_a_role_without_present_is_refused_before_the_build()
     ):
         basecontents.plan(found, SAGEMAKER, {"pytorch": "2.6.0"})
     roles = load_catalog().roles("sagemaker")
-    with pytest.raises(
-        EfaImageError, match=r"aws_ofi_nccl role has no present method.*--no-detect"
-    ):
-        basecontents.plan(basecontents.parse_probe(DLC), roles, {"pytorch": "2.5.1"})
+    with_metis = basecontents.parse_probe(DLC + "metis library /usr/local/lib/libmetis.so\n")
+    refused = (
+        r"has metis .*/usr/local/lib/libmetis.so.*metis role has no present method.*--no-detect"
+    )
+    with pytest.raises(EfaImageError, match=refused):
+        basecontents.plan(with_metis, roles, {"pytorch": "2.5.1"})
+
+
+def test_a_dlcs_plugin_is_used_where_the_flavour_has_aws_ofi_nccl():
+    found = basecontents.parse_probe(DLC)
+    roles = load_catalog().roles("sagemaker")
+    plan = basecontents.plan(found, roles, {"pytorch": "2.5.1"})
+    assert "aws_ofi_nccl_method=present" in plan.extra_vars()
+    assert "aws_ofi_nccl_prefix=/usr/local" in plan.extra_vars()
+    # The probe reads no plugin version: no tag or label claims one.
+    assert "aws_ofi_nccl" not in plan.versions()
+    assert plan.install == ["mpi_ssh", "nccl_tests", "metis", "rmm", "smdistributed"]
     # Not in the flavour: what the base has beside it does not matter.
-    assert basecontents.plan(basecontents.parse_probe(DLC), SAGEMAKER, {"pytorch": "2.5.1"})
+    assert "aws_ofi_nccl" not in basecontents.plan(found, SAGEMAKER, {"pytorch": "2.5.1"}).present
 
 
 @pytest.mark.parametrize("role", basecontents.PRESENT_ROLES)
@@ -115,7 +128,8 @@ def test_every_role_the_plan_selects_has_the_present_method(role):
     assert "present" in specs["argument_specs"]["main"]["options"][f"{role}_method"]["choices"]
     methods = yaml.safe_load((ROOT / "roles" / role / "vars" / "main.yml").read_text())
     assert "present" in methods[f"_{role}_methods"]
-    if role != "pytorch":  # pytorch's present is a preflight check (its main.yml)
+    # pytorch's and aws_ofi_nccl's present are checked in their preflight.
+    if role not in ("pytorch", "aws_ofi_nccl"):
         assert (ROOT / "roles" / role / "tasks" / "install-present.yml").is_file()
 
 

@@ -23,12 +23,18 @@ PROBE = Path(__file__).parent / "data" / "base-contents-probe.sh"
 
 # role -> the extra variables of its present method, from what the probe found.
 # openmpi's libfabric is the base's when efa is present (the prefix it was built on).
-PRESENT_ROLES = ("efa", "openmpi", "nccl", "pytorch")
+PRESENT_ROLES = ("efa", "openmpi", "nccl", "aws_ofi_nccl", "pytorch")
 # Roles the probe can find but that have no present method yet: the build refuses
 # rather than install a second copy over the base's.
-NO_PRESENT_METHOD = ("aws_ofi_nccl", "metis", "rmm")
+NO_PRESENT_METHOD = ("metis", "rmm")
 # The version key (tags, labels, verification) of a present component.
-VERSION_KEYS = {"efa": "libfabric", "openmpi": "openmpi", "nccl": "nccl", "pytorch": "pytorch"}
+VERSION_KEYS = {
+    "efa": "libfabric",
+    "openmpi": "openmpi",
+    "nccl": "nccl",
+    "aws_ofi_nccl": "aws_ofi_nccl",
+    "pytorch": "pytorch",
+}
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,11 @@ class Plan:
 
     def versions(self) -> dict[str, str]:
         """The present components' versions, keyed like the lock's artifacts."""
-        return {VERSION_KEYS[name]: found.version for name, found in self.present.items()}
+        return {
+            VERSION_KEYS[name]: found.version
+            for name, found in self.present.items()
+            if found.version
+        }
 
     def report(self) -> dict[str, dict]:
         return {name: asdict(found) for name, found in self.present.items()}
