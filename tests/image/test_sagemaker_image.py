@@ -54,9 +54,9 @@ def extended(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, extended) -> dict:
-    return build_and_report(
-        tmp_path_factory.mktemp("sagemaker") / "report.json", flavor=FLAVOR, base=extended["image"]
-    )
+    """sagemaker-reduced on that image, named by its tag (what the manifest records)."""
+    report = tmp_path_factory.mktemp("sagemaker") / "report.json"
+    return build_and_report(report, flavor=FLAVOR, base=extended["tags"][0])
 
 
 def run(image: str, script: str) -> subprocess.CompletedProcess[str]:
