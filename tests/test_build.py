@@ -258,3 +258,28 @@ def test_rebuild_or_a_changed_input_builds(unchanged):
     labels.clear()
     with pytest.raises(Stop):
         build.build(request, ctx)
+
+
+def test_a_local_image_of_others_is_probed_before_the_pre_flight(unchanged, monkeypatch):
+    """A DLC already pulled: the pre-flight asks only for what it lacks."""
+    from efa_image import base, basecontents, preflight
+
+    ctx, request, _, _, _ = unchanged
+    found = (
+        "efa prefix /opt/amazon/efa\nefa version 2.1.0\nnccl prefix /usr/local\nnccl version 2.23.4"
+    )
+    probed: list[str] = []
+    monkeypatch.setattr(
+        basecontents, "probe", lambda ref: probed.append(ref) or basecontents.parse_probe(found)
+    )
+    monkeypatch.setattr(base, "image_id", lambda ref: "sha256:" + "d" * 64)
+    asked: list[str] = []
+    monkeypatch.setattr(
+        preflight,
+        "run",
+        lambda context, selection: asked.extend(a.role for a in selection.artifacts),
+    )
+    with pytest.raises(Stop):
+        build.build(replace(request, base_image="dlc:1", rebuild=True), ctx)
+    assert "openmpi" in asked and not {"efa", "nccl"} & set(asked)
+    assert probed == ["dlc:1"]  # once: the base probe stage does not ask again

@@ -122,11 +122,20 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     )
     catalog = context.catalog
     # First, before any slow step: every missing artifact is named within seconds.
+    roles = catalog.roles(request.flavor)
     with timer.step("pre-flight"):
         selection = context.select(None, request.flavor, request.profile)
-        preflight.run(context, selection)
         needed = selection.artifacts
-    versions = result.components = component_versions(needed)
+        result.components = component_versions(needed)
+        # An image already here that is no recipe of ours (a DLC) is probed first: the
+        # pre-flight then asks the sources only for what it lacks.
+        early = base.recipe_for(request.base_image) is None and bool(
+            base.image_id(request.base_image)
+        )
+        if early:
+            request, needed = use_base_contents(request, roles, needed, result)
+        preflight.run(context, replace(selection, artifacts=needed))
+    versions = result.components
     with timer.step("base image"):
         print(base.ensure_ref(request.base_image), flush=True)
         base_id = images.image_id(request.base_image)
@@ -136,8 +145,9 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     with timer.step("base probe"):
         cuda = images.probe_cuda(request.base_image)
         print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
-        request, needed = use_base_contents(request, catalog.roles(request.flavor), needed, result)
-        versions = result.components
+        if not early:
+            request, needed = use_base_contents(request, roles, needed, result)
+            versions = result.components
     with timer.step("fingerprint"):
         inputs = fingerprint.compute(
             root,
@@ -158,7 +168,7 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
             context.store.get(artifact)
         print(f"{len(needed)} artifacts verified in the cache", flush=True)
     with timer.step("compatibility"):
-        roles, methods = catalog.roles(request.flavor), catalog.methods(request.profile)
+        methods = catalog.methods(request.profile)
         libfabric = distro.probe_for(request.base_image, methods)
         facts = compat_facts(needed, roles, methods, cuda, libfabric)
         check_compatibility({**facts, **base_facts(result.from_base)})
