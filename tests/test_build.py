@@ -212,6 +212,8 @@ def unchanged(monkeypatch, tmp_path):
     monkeypatch.setattr(images, "image_id", lambda ref: "sha256:" + "b" * 64)
     monkeypatch.setattr(images, "image_size", lambda ref: 703_000_000)
     monkeypatch.setattr(images, "remove_stale_build_containers", lambda: [])
+    monkeypatch.setattr(build.basecontents, "probe", lambda ref: {})
+    monkeypatch.setattr(images, "probe_cuda", lambda ref: images.BaseCuda())
     tagged: list[str] = []
     monkeypatch.setattr(build, "run_command", lambda argv: tagged.append(argv[-1]))
 
@@ -256,3 +258,28 @@ def test_rebuild_or_a_changed_input_builds(unchanged):
     labels.clear()
     with pytest.raises(Stop):
         build.build(request, ctx)
+
+
+def test_a_local_image_of_others_is_probed_before_the_pre_flight(unchanged, monkeypatch):
+    """A DLC already pulled: the pre-flight asks only for what it lacks."""
+    from efa_image import base, basecontents, preflight
+
+    ctx, request, _, _, _ = unchanged
+    found = (
+        "efa prefix /opt/amazon/efa\nefa version 2.1.0\nnccl prefix /usr/local\nnccl version 2.23.4"
+    )
+    probed: list[str] = []
+    monkeypatch.setattr(
+        basecontents, "probe", lambda ref: probed.append(ref) or basecontents.parse_probe(found)
+    )
+    monkeypatch.setattr(base, "image_id", lambda ref: "sha256:" + "d" * 64)
+    asked: list[str] = []
+    monkeypatch.setattr(
+        preflight,
+        "run",
+        lambda context, selection: asked.extend(a.role for a in selection.artifacts),
+    )
+    with pytest.raises(Stop):
+        build.build(replace(request, base_image="dlc:1", rebuild=True), ctx)
+    assert "openmpi" in asked and not {"efa", "nccl"} & set(asked)
+    assert probed == ["dlc:1"]  # once: the base probe stage does not ask again

@@ -14,10 +14,20 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from efa_image import base, distro, fingerprint, images, multihost, packer, preflight, verify
+from efa_image import (
+    base,
+    basecontents,
+    distro,
+    fingerprint,
+    images,
+    multihost,
+    packer,
+    preflight,
+    verify,
+)
 from efa_image.compat_facts import (
     check_compatibility,
     check_lock_compatibility,
@@ -46,6 +56,9 @@ class BuildRequest:
     build_cache: str = ""
     # Build even when a verified image with the same fingerprint exists.
     rebuild: bool = False
+    # Look for the flavour's components in the base image (efa_image.basecontents):
+    # found ones are verified and recorded (method present), not installed.
+    detect: bool = True
 
 
 @dataclass
@@ -71,6 +84,10 @@ class BuildResult:
     reused: bool = False
     # With --push: every pushed REPOSITORY:TAG and its registry digest (efa_image.push).
     pushed: dict[str, str] = field(default_factory=dict)
+    # The components that came with the base image (method present) and the roles
+    # that installed theirs (efa_image.basecontents).
+    from_base: dict[str, dict] = field(default_factory=dict)
+    installed: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -110,19 +127,34 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     )
     catalog = context.catalog
     roles, methods = catalog.roles(request.flavor), catalog.methods(request.profile)
-    # First, before any slow step: what the lock alone makes incompatible (PyTorch's
-    # NCCL and the image's), then every missing artifact, named within seconds.
+    # First, before any slow step: every missing artifact named within seconds, and
+    # what the lock alone makes incompatible (PyTorch's NCCL and the image's).
     with timer.step("pre-flight"):
         selection = context.select(None, request.flavor, request.profile)
-        check_lock_compatibility(selection.artifacts, roles, methods)
-        preflight.run(context, selection)
         needed = selection.artifacts
-    versions = result.components = component_versions(needed)
+        result.components = component_versions(needed)
+        # An image already here that is no recipe of ours (a DLC) is probed first: the
+        # pre-flight then asks the sources only for what it lacks.
+        early = base.recipe_for(request.base_image) is None and bool(
+            base.image_id(request.base_image)
+        )
+        if early:
+            request, needed = use_base_contents(request, roles, needed, result)
+        check_lock_compatibility(needed, roles, methods)
+        preflight.run(context, replace(selection, artifacts=needed))
+    versions = result.components
     with timer.step("base image"):
         print(base.ensure_ref(request.base_image), flush=True)
         base_id = images.image_id(request.base_image)
         # Even an unchanged build cleans up after interrupted ones.
         images.remove_stale_build_containers()
+    # What the base holds decides the roles' methods, hence the fingerprint.
+    with timer.step("base probe"):
+        cuda = images.probe_cuda(request.base_image)
+        print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
+        if not early:
+            request, needed = use_base_contents(request, roles, needed, result)
+            versions = result.components
     with timer.step("fingerprint"):
         inputs = fingerprint.compute(
             root,
@@ -142,12 +174,10 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         for artifact in needed:
             context.store.get(artifact)
         print(f"{len(needed)} artifacts verified in the cache", flush=True)
-    with timer.step("base probe"):
-        cuda = images.probe_cuda(request.base_image)
-        print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
     with timer.step("compatibility"):
         libfabric = distro.probe_for(request.base_image, methods)
-        check_compatibility(compat_facts(needed, roles, methods, cuda, libfabric))
+        facts = compat_facts(needed, roles, methods, cuda, libfabric)
+        check_compatibility({**facts, **base_facts(result.from_base)})
         if not cuda.home and needs_nvcc(needed):
             raise EfaImageError(
                 f"flavour {request.flavor} with profile {request.profile} compiles against CUDA, "
@@ -191,6 +221,38 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     fingerprint.record_verified(inputs, image)
     tag(image, request, versions, result)
     return finish(result, timer)
+
+
+def use_base_contents(
+    request: BuildRequest, roles: list[str], needed: list[Artifact], result: BuildResult
+) -> tuple[BuildRequest, list[Artifact]]:
+    """The roles whose component the base has get method present (extra variables,
+    hence in the fingerprint); their artifacts are not needed, their versions are
+    the base's. Prints what is kept and what will be installed."""
+    if not request.detect:
+        result.installed = list(roles)
+        print(f"base contents: not looked for (--no-detect); to install: {', '.join(roles)}")
+        return request, needed
+    found = basecontents.probe(request.base_image)
+    plan = basecontents.plan(found, roles, result.components)
+    print(plan.render(request.base_image), flush=True)
+    result.from_base, result.installed = plan.report(), plan.install
+    kept = [artifact for artifact in needed if artifact.role not in plan.present]
+    result.components = {**component_versions(kept), **plan.versions()}
+    return replace(request, extra_vars=plan.extra_vars() + request.extra_vars), kept
+
+
+def base_facts(from_base: dict[str, dict]) -> dict[str, str]:
+    """The compatibility facts of the components the base brings: their versions, and
+    libfabric judged as the EFA installer's where the installer's record is there."""
+    facts = {"nccl": from_base["nccl"]["version"]} if "nccl" in from_base else {}
+    if efa := from_base.get("efa"):
+        facts["libfabric"] = efa["version"]
+        installer = efa["detail"].get("installer", "")
+        facts["efa_method"] = "efa_installer" if installer else "source"
+        if installer:
+            facts["efa_installer"] = installer
+    return facts
 
 
 def reusable_image(digest: str) -> str | None:

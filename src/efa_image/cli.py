@@ -177,6 +177,7 @@ def cmd_build(args: argparse.Namespace) -> None:
         extra_vars=tuple(args.extra_var or ()),
         build_cache=args.build_cache,
         rebuild=args.rebuild,
+        detect=not args.no_detect,
     )
     if args.push:
         push.destination(args.push)  # a bad repository stops before the build, not after
@@ -376,6 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="build even when a verified image of identical inputs exists (by default "
         "such an unchanged build tags that image again and runs nothing)",
+    )
+    build_cmd.add_argument(
+        "--no-detect",
+        action="store_true",
+        help="do not look for the flavour's components in the base image (by default the "
+        "ones it has, e.g. a Deep Learning Container's EFA, Open MPI, NCCL and PyTorch, are "
+        "verified and recorded, not installed again)",
     )
     build_cmd.add_argument(
         "--report", metavar="FILE", help="write durations (stages, roles), sizes and tags as JSON"

@@ -21,10 +21,14 @@ OWNER_LABEL = "org.efa-image.build-owner"
 
 
 def build_argv(
-    *extra: str, flavor: str = FLAVOR, profile: str = PROFILE, base: str = BASE
+    *extra: str,
+    flavor: str = FLAVOR,
+    profile: str = PROFILE,
+    base: str = BASE,
+    repository: str = REPOSITORY,
 ) -> list[str]:
     argv = [sys.executable, "-m", "efa_image", "build", "--flavor", flavor, "--profile", profile]
-    argv += ["--base-image", base, "--repository", REPOSITORY]
+    argv += ["--base-image", base, "--repository", repository]
     return argv + (["--mirror", MIRROR] if MIRROR else []) + list(extra)
 
 
@@ -43,12 +47,23 @@ def build_containers(pid: int) -> list[str]:
 
 
 def build_and_report(
-    report: Path, flavor: str = FLAVOR, profile: str = PROFILE, base: str = BASE
+    report: Path,
+    flavor: str = FLAVOR,
+    profile: str = PROFILE,
+    base: str = BASE,
+    repository: str = REPOSITORY,
+    rebuild: bool = True,
 ) -> dict:
     """One real build (--rebuild: an earlier run's verified image would be reused), its
     report with the build's output."""
     argv = build_argv(
-        "--report", str(report), "--rebuild", flavor=flavor, profile=profile, base=base
+        "--report",
+        str(report),
+        *(["--rebuild"] if rebuild else []),
+        flavor=flavor,
+        profile=profile,
+        base=base,
+        repository=repository,
     )
     proc = subprocess.run(argv, capture_output=True, text=True)
     output = proc.stdout + proc.stderr
