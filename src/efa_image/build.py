@@ -148,7 +148,15 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
     owner = f"pid:{os.getpid()}"
     path = images.base_path(request.base_image)
     variables = packer.packer_vars(
-        request, versions, path, owner, cuda.home, inputs.digest, str(manifest)
+        request,
+        versions,
+        path,
+        owner,
+        cuda.home,
+        inputs.digest,
+        str(manifest),
+        env=context.catalog.image_env.get(request.flavor),
+        path_extra=context.catalog.image_path.get(request.flavor),
     )
     var_file.write_text(json.dumps(variables, indent=2) + "\n")
     with timer.step("packer build"):

@@ -35,6 +35,8 @@ def packer_vars(
     cuda_home: str = "",
     fingerprint: str = "",
     manifest: str = "",
+    env: dict[str, str] | None = None,
+    path_extra: list[str] | None = None,
 ) -> dict[str, object]:
     """The variables of packer/variables.pkr.hcl for one build."""
     labels = {f"org.efa-image.component.{name}": v for name, v in versions.items()}
@@ -53,6 +55,8 @@ def packer_vars(
         "cuda_home": cuda_home or CUDA_HOMES[0],
         "fingerprint": fingerprint,
         "manifest": manifest,
+        "image_env": env or {},
+        "image_path": path_extra or [],
     }
 
 
