@@ -20,7 +20,7 @@ export EFA_IMAGE_BASE
 # and PyPI with the pins of the Debian-sources overlay (the portable profile's).
 MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
-CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch
+CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch sagemaker_training
 
 .PHONY: setup image bench test lint unit packer-check ci-mirror base-image base-images molecule lane-builds \
     lane-checks image-tests run-image-tests docs clean
@@ -60,7 +60,7 @@ bench: setup
 # other. Output is not synchronised: both lanes' lines interleave as they come,
 # so long steps show progress.
 BUILD_SCENARIOS := efa/default openmpi aws_ofi_nccl nccl/source
-BUILD_LATE_SCENARIOS := metis rmm pytorch smdistributed mpi_ssh nccl/default
+BUILD_LATE_SCENARIOS := metis rmm pytorch smdistributed mpi_ssh nccl/default sagemaker_training
 CHECK_SCENARIOS := artifact common efa/package_refused
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py tests/image/test_sagemaker_image.py

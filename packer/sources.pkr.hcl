@@ -8,13 +8,15 @@ locals {
 
   # What the roles describe in /opt/efa-image/env.d/ (docker run reads no
   # profile scripts); `efa-image verify --image` checks that the two agree.
-  image_env = {
-    PATH                           = "/opt/efa-image/venv/bin:/opt/efa-image/bin:/opt/nccl-tests/bin:/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:${var.base_path}"
+  # The flavour's own (var.image_env, var.image_path) come last: SageMaker's code
+  # directory after every system directory.
+  image_env = merge(var.image_env, {
+    PATH                           = join(":", concat(["/opt/efa-image/venv/bin:/opt/efa-image/bin:/opt/nccl-tests/bin:/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:${var.base_path}"], var.image_path))
     RDMAV_FORK_SAFE                = "1"
     FI_EFA_FORK_SAFE               = "1"
     OMPI_ALLOW_RUN_AS_ROOT         = "1"
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
-  }
+  })
   image_labels = merge(var.labels, {
     "org.efa-image.flavor"      = var.flavor
     "org.efa-image.profile"     = var.profile

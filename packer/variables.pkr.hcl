@@ -48,6 +48,18 @@ variable "base_path" {
   description = "PATH of the base image (efa-image build reads it): docker commit cannot expand $PATH, so the image's PATH is written out in full."
 }
 
+variable "image_env" {
+  type        = map(string)
+  default     = {}
+  description = "ENV the flavour's roles add to the image (flavors.yml image_env: SageMaker's SAGEMAKER_SUBMIT_DIRECTORY)."
+}
+
+variable "image_path" {
+  type        = list(string)
+  default     = []
+  description = "Directories the flavour's roles append to the image PATH (flavors.yml image_path: /opt/ml/code)."
+}
+
 variable "build_owner" {
   type        = string
   default     = "manual"

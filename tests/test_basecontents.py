@@ -71,7 +71,7 @@ def test_a_bare_base_or_an_installer_record_alone_holds_nothing():
 def test_found_components_get_present_and_the_rest_is_installed():
     plan = basecontents.plan(basecontents.parse_probe(EFA_REDUCED), SAGEMAKER, {"pytorch": "2.5.1"})
     assert list(plan.present) == ["efa", "openmpi", "nccl"]
-    assert plan.install == ["mpi_ssh", "metis", "rmm", "pytorch"]
+    assert plan.install == ["mpi_ssh", "metis", "rmm", "pytorch", "sagemaker_training"]
     assert plan.extra_vars() == (
         "efa_method=present",
         "efa_prefix=/opt/amazon/efa",
@@ -84,14 +84,14 @@ def test_found_components_get_present_and_the_rest_is_installed():
     assert plan.versions() == {"libfabric": "2.1.0", "openmpi": "5.0.7", "nccl": "2.30.4"}
     text = plan.render("base:1")
     assert "base image base:1 has efa (2.1.0 in /opt/amazon/efa" in text
-    assert text.endswith("to install: mpi_ssh, metis, rmm, pytorch")
+    assert text.endswith("to install: mpi_ssh, metis, rmm, pytorch, sagemaker_training")
 
 
 def test_a_dlcs_pytorch_is_used_when_it_is_the_locked_one():
     found = basecontents.parse_probe(DLC.replace("aws_ofi_nccl prefix /usr/local\n", ""))
     plan = basecontents.plan(found, SAGEMAKER, {"pytorch": "2.5.1"})
     assert "pytorch_python=/opt/conda/bin/python" in plan.extra_vars()
-    assert plan.install == ["mpi_ssh", "metis", "rmm"]
+    assert plan.install == ["mpi_ssh", "metis", "rmm", "sagemaker_training"]
 
 
 def test_another_pytorch_or_a_role_without_present_is_refused_before_the_build():
@@ -117,7 +117,14 @@ def test_a_dlcs_plugin_is_used_where_the_flavour_has_aws_ofi_nccl():
     assert "aws_ofi_nccl_prefix=/usr/local" in plan.extra_vars()
     # The probe reads no plugin version: no tag or label claims one.
     assert "aws_ofi_nccl" not in plan.versions()
-    assert plan.install == ["mpi_ssh", "nccl_tests", "metis", "rmm", "smdistributed"]
+    assert plan.install == [
+        "mpi_ssh",
+        "nccl_tests",
+        "metis",
+        "rmm",
+        "smdistributed",
+        "sagemaker_training",
+    ]
     # Not in the flavour: what the base has beside it does not matter.
     assert "aws_ofi_nccl" not in basecontents.plan(found, SAGEMAKER, {"pytorch": "2.5.1"}).present
 
@@ -164,7 +171,7 @@ def test_the_build_drops_what_the_base_has_and_passes_present(monkeypatch):
     }
     assert set(result.from_base) == {"efa", "openmpi", "nccl"}
     assert result.from_base["efa"]["prefix"] == "/opt/amazon/efa"
-    assert result.installed == ["mpi_ssh", "metis", "rmm", "pytorch"]
+    assert result.installed == ["mpi_ssh", "metis", "rmm", "pytorch", "sagemaker_training"]
     facts = {"libfabric": "2.1.0", "efa_method": "source", "nccl": "2.30.4"}
     assert build.base_facts(result.from_base) == facts
 

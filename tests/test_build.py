@@ -6,6 +6,7 @@ import pytest
 
 from efa_image import build, compat_facts, images, packer
 from efa_image.errors import EfaImageError
+from efa_image.flavors import load_catalog
 
 REQUEST = build.BuildRequest(
     flavor="efa",
@@ -283,3 +284,22 @@ def test_a_local_image_of_others_is_probed_before_the_pre_flight(unchanged, monk
         build.build(replace(request, base_image="dlc:1", rebuild=True), ctx)
     assert "openmpi" in asked and not {"efa", "nccl"} & set(asked)
     assert probed == ["dlc:1"]  # once: the base probe stage does not ask again
+
+
+def test_sagemaker_flavours_put_the_training_contract_into_the_image_env():
+    """The sagemaker_training role's env.d record, as packer's ENV gets it."""
+    catalog = load_catalog()
+    for flavor in ("sagemaker", "sagemaker-reduced"):
+        assert "sagemaker_training" in catalog.roles(flavor)
+        assert catalog.image_env[flavor] == {"SAGEMAKER_SUBMIT_DIRECTORY": "/opt/ml/code"}
+        assert catalog.image_path[flavor] == ["/opt/ml/code"]
+    assert "efa" not in catalog.image_env and "efa" not in catalog.image_path
+    values = packer.packer_vars(
+        REQUEST,
+        {},
+        env=catalog.image_env["sagemaker"],
+        path_extra=catalog.image_path["sagemaker"],
+    )
+    assert values["image_env"] == {"SAGEMAKER_SUBMIT_DIRECTORY": "/opt/ml/code"}
+    assert values["image_path"] == ["/opt/ml/code"]
+    assert packer.packer_vars(REQUEST, {})["image_env"] == {}

@@ -398,3 +398,99 @@ def test_every_file_of_a_set_is_verified_before_use(tmp_path):
     with pytest.raises(artifacts.ChecksumMismatch, match=r"torchset/dep-a 2\.0"):
         store.get(member_artifact)
     assert list((tmp_path / "cache" / "quarantine").iterdir())
+
+
+def test_a_sets_sdists_become_sdist_artifacts_of_the_set():
+    entry = set_entry(sdists=[member("tool_kit-5.1.tar.gz", sha256="c" * 64)])
+    parsed = parse({"torchset": entry})
+    tool = parsed["torchset/tool-kit"]
+    assert (tool.kind, tool.version, tool.wheelset) == ("sdist", "5.1", "torchset")
+    assert parsed["torchset/dep-a"].kind == "wheel"
+    with pytest.raises(
+        lock.LockError, match=r"\.sdists\[0\]: 'x-1-py3-none-any.whl' is not a source"
+    ):
+        parse({"torchset": set_entry(sdists=[member("x-1-py3-none-any.whl")])})
+    twice = set_entry(sdists=[member("dep_a-2.0.tar.gz")])
+    with pytest.raises(lock.LockError, match=r"\.sdists\[0\]: dep-a is listed twice"):
+        parse({"torchset": twice})
+
+
+def test_sdists_resolve_first_and_their_requirements_join_the_binaries(monkeypatch):
+    """pip refuses sdists with a foreign --platform unless --no-deps: the sdists are
+    resolved alone, then what they require (markers evaluated, extras dropped, sdists
+    of resolve.sdists again) is resolved as binary wheels with the rest."""
+    sources = {
+        "tool-kit": (
+            "5.1",
+            ["dep-a>=2", "small-src==1.2", "old; python_version < '3'", "x; extra == 't'"],
+        ),
+        "small-src": ("1.2", ["dep-b"]),
+    }
+    calls = []
+
+    def fake_pip(argv, env=None):
+        report = Path(argv[argv.index("--report") + 1])
+        wanted = argv[argv.index("--index-url") + 2 :]
+        source = "--no-binary" in argv
+        calls.append((source, wanted))
+        install = []
+        for requirement in wanted:
+            project = wheelset.project_of(requirement, "test")
+            if source:
+                version, requires = sources[project]
+                url = f"https://f/{project.replace('-', '_')}-{version}.tar.gz"
+                item = report_item(project, version, url)
+                item["metadata"]["requires_dist"] = requires
+            else:
+                item = report_item(
+                    project, "2.0", f"https://f/{project.replace('-', '_')}-2.0-py3-none-any.whl"
+                )
+            install.append(item)
+        report.write_text(json.dumps({"install": install}))
+
+    monkeypatch.setattr(wheelset, "run_command", fake_pip)
+    wanted = spec(
+        "https://pypi.org/simple",
+        requirements=("tool-kit==5.1", "dep-c"),
+        exclude=(),
+        sdists=("tool-kit", "small-src"),
+    )
+    resolution = wheelset.resolve(wanted)
+    assert calls == [
+        (True, ["tool-kit==5.1"]),
+        (True, ["small-src==1.2"]),
+        (False, ["dep-c", "dep-a>=2", "dep-b"]),
+    ]
+    assert [s["filename"] for s in resolution.sdists] == [
+        "small_src-1.2.tar.gz",
+        "tool_kit-5.1.tar.gz",
+    ]
+    assert [w["filename"] for w in resolution.wheels] == [
+        "dep_a-2.0-py3-none-any.whl",
+        "dep_b-2.0-py3-none-any.whl",
+        "dep_c-2.0-py3-none-any.whl",
+    ]
+
+
+def test_a_wheel_where_an_sdist_is_asked_for_is_refused():
+    wanted = spec("https://pypi.org/simple", exclude=(), sdists=("a",))
+    wheel = {"install": [report_item("a", "1", "https://f/a-1-py3-none-any.whl")]}
+    with pytest.raises(wheelset.ResolveError, match="is not a source distribution"):
+        wheelset.parse_report(wanted, wheel)
+    sdist = {"install": [report_item("b", "1", "https://f/b-1.tar.gz")]}
+    with pytest.raises(wheelset.ResolveError, match=r"name the project in resolve\.sdists"):
+        wheelset.parse_report(wanted, sdist)
+
+
+def test_project_lock_builds_the_training_toolkit_and_mpi4py_from_sdists(root):
+    entries = lock.load(root / "playbooks/group_vars/all/versions.yml").artifacts
+    members = {a.name: a for a in entries.values() if a.wheelset == "sagemaker_training"}
+    sdists = {name for name, a in members.items() if a.kind == "sdist"}
+    assert sdists == {
+        "sagemaker_training/sagemaker-training",
+        "sagemaker_training/mpi4py",
+        "sagemaker_training/inotify-simple",
+    }
+    # The toolkit's master/worker handshake, and what the sdists' builds need.
+    for project in ("paramiko", "setuptools", "wheel", "psutil"):
+        assert members[f"sagemaker_training/{project}"].kind == "wheel"

@@ -200,6 +200,8 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         inputs.digest,
         str(manifest),
         allow_unpinned=context.store.allow_unpinned,
+        env=context.catalog.image_env.get(request.flavor),
+        path_extra=context.catalog.image_path.get(request.flavor),
     )
     var_file.write_text(json.dumps(variables, indent=2) + "\n")
     with timer.step("packer build"):

@@ -26,6 +26,10 @@ class Catalog:
     descriptions: dict[str, str] = field(default_factory=dict)
     # Flavours the lock already serves but no playbook builds yet (sagemaker).
     planned: frozenset[str] = frozenset()
+    # What a flavour's roles add to the image ENV beyond packer's own (their env.d
+    # records, which the build checks against the image): variables, PATH entries.
+    image_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    image_path: dict[str, list[str]] = field(default_factory=dict)
 
     def roles(self, flavor: str) -> list[str]:
         if flavor not in self.flavors:
@@ -80,6 +84,16 @@ def load_catalog(path: Path | None = None) -> Catalog:
             if spec.get("description")
         },
         planned=frozenset(name for name in flavors if not (playbooks / f"{name}.yml").is_file()),
+        image_env={
+            name: {str(k): str(v) for k, v in spec["image_env"].items()}
+            for name, spec in flavors.items()
+            if spec.get("image_env")
+        },
+        image_path={
+            name: [str(p) for p in spec["image_path"]]
+            for name, spec in flavors.items()
+            if spec.get("image_path")
+        },
         overlays={
             name: playbooks / spec["lock_overlay"]
             for name, spec in profiles.items()

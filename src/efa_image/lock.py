@@ -38,12 +38,18 @@ WHEELSET = "wheelset"
 WHEELSET_REQUIRED = ("version", "role", "wheels")
 # resolve: the inputs of `efa-image lock update`; excluded: what it left out, with
 # the version the resolution would have installed.
-WHEELSET_OPTIONAL = ("methods", "kind", "description", "resolve", "excluded")
+# sdists: files of the set that the installing role builds from source in the
+# image (resolve.sdists names their projects), kind "sdist", fields as wheels'.
+WHEELSET_OPTIONAL = ("methods", "kind", "description", "resolve", "excluded", "sdists")
 WHEEL_FIELDS = ("filename", "urls", "sha256")
 # name-version[-build]-python-abi-platform.whl (PEP 427).
 WHEEL_FILENAME = re.compile(
     r"^(?P<project>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[^-]+)"
     r"(?:-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$"
+)
+# name-version.tar.gz (PEP 625).
+SDIST_FILENAME = re.compile(
+    r"^(?P<project>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[^-]+)\.tar\.gz$"
 )
 URL_SCHEMES = ("https://", "http://", "file://")
 
@@ -161,6 +167,14 @@ def parse_wheel_filename(filename: str, where: str) -> tuple[str, str]:
     return canonical_project(match.group("project")), match.group("version")
 
 
+def parse_sdist_filename(filename: str, where: str) -> tuple[str, str]:
+    """(normalised project, version) of a source distribution's file name."""
+    match = SDIST_FILENAME.match(filename)
+    if match is None:
+        raise LockError(f"{where}: {filename!r} is not a source distribution (name-version.tar.gz)")
+    return canonical_project(match.group("project")), match.group("version")
+
+
 def _urls(value: Any, where: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list) or not value:
         raise LockError(f"{where}.urls: expected a list of URLs")
@@ -186,13 +200,19 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
     if not isinstance(methods, list):
         raise LockError(f"{where}.methods: expected a list of role methods")
     excluded = _excluded(entry.get("excluded"), f"{where}.excluded")
+    sdists = entry.get("sdists") or []
+    if not isinstance(sdists, list):
+        raise LockError(f"{where}.sdists: expected a list of files (filename, urls, sha256)")
     members: dict[str, Artifact] = {}
-    for index, wheel in enumerate(wheels):
-        at = f"{where}.wheels[{index}]"
+    files = [("wheels", "wheel", i, w) for i, w in enumerate(wheels)]
+    files += [("sdists", "sdist", i, w) for i, w in enumerate(sdists)]
+    for key, kind, index, wheel in files:
+        at = f"{where}.{key}[{index}]"
         if not isinstance(wheel, Mapping) or sorted(wheel) != sorted(WHEEL_FIELDS):
             raise LockError(f"{at}: expected exactly the fields {', '.join(WHEEL_FIELDS)}")
         filename = _text(wheel["filename"])
-        project, version = parse_wheel_filename(filename, at)
+        parse_name = parse_wheel_filename if kind == "wheel" else parse_sdist_filename
+        project, version = parse_name(filename, at)
         sha256 = _text(wheel["sha256"]).lower()
         if not SHA256.match(sha256):
             raise LockError(f"{at}.sha256: {wheel['sha256']!r} is not 64 hexadecimal digits")
@@ -207,7 +227,7 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
             urls=_urls(wheel["urls"], at),
             sha256=sha256,
             methods=tuple(str(m) for m in methods),
-            kind="wheel",
+            kind=kind,
             description=f"{project} {version}, of the wheel set {name} {_text(entry['version'])}",
             origin=at,
             wheelset=name,

@@ -37,6 +37,8 @@ def packer_vars(
     fingerprint: str = "",
     manifest: str = "",
     allow_unpinned: bool = False,
+    env: dict[str, str] | None = None,
+    path_extra: list[str] | None = None,
 ) -> dict[str, object]:
     """The variables of packer/variables.pkr.hcl for one build.
 
@@ -62,6 +64,8 @@ def packer_vars(
         "fingerprint": fingerprint,
         "manifest": manifest,
         "allow_unpinned": allow_unpinned,
+        "image_env": env or {},
+        "image_path": path_extra or [],
     }
 
 

@@ -16,6 +16,13 @@ pip evaluates environment markers (`python_version`, `platform_machine`) with th
 interpreter it runs in, whatever --python-version says, so a resolution for
 another Python or machine than the controller's would pick the wrong set: it is
 refused, naming the fix.
+
+Projects named in `resolve.sdists` are taken as source distributions (PyPI ships
+no wheel of them, or the image must compile them against its own libraries): pip
+resolves them first, one at a time without their dependencies (it refuses
+sdists together with a foreign --platform), their own requirements join the
+binary resolution, and their files go into the entry's `sdists` field. The role
+that installs the set builds them in the image from those verified files.
 """
 
 from __future__ import annotations
@@ -28,11 +35,12 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
 
 from efa_image import lock
 from efa_image.artifacts import Store
@@ -63,6 +71,8 @@ class Spec:
     platform: str  # the oldest platform the image may run on, e.g. manylinux_2_28_x86_64
     index: str = DEFAULT_INDEX
     exclude: tuple[str, ...] = ()
+    # Projects taken as source distributions (normalised names).
+    sdists: tuple[str, ...] = ()
 
     @property
     def abi(self) -> str:
@@ -78,6 +88,7 @@ class Spec:
 class Resolution:
     wheels: list[dict[str, Any]]  # filename, urls, sha256: the entry's `wheels`
     excluded: dict[str, str]  # project -> the version the resolution would have installed
+    sdists: list[dict[str, Any]] = field(default_factory=list)  # the entry's `sdists`
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,7 @@ def read_spec(lock_path: Path, name: str) -> Spec | None:
         platform=str(resolve["platform"]),
         index=str(resolve.get("index") or DEFAULT_INDEX),
         exclude=tuple(lock.canonical_project(str(p)) for p in resolve.get("exclude") or []),
+        sdists=tuple(lock.canonical_project(str(p)) for p in resolve.get("sdists") or []),
     )
 
 
@@ -134,13 +146,42 @@ def platforms(floor: str) -> list[str]:
     return tags
 
 
-def pip_command(spec: Spec, report: Path, target: Path, python: str) -> list[str]:
+def pip_command(
+    spec: Spec,
+    report: Path,
+    target: Path,
+    python: str,
+    requirements: tuple[str, ...] | None = None,
+    source: bool = False,
+) -> list[str]:
+    """Binary wheels of the closure; with source, the sdists of exactly `requirements`."""
     argv = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
-    argv += ["--report", str(report), "--target", str(target), "--only-binary", ":all:"]
+    argv += ["--report", str(report), "--target", str(target)]
+    argv += ["--no-deps", "--no-binary", ":all:"] if source else ["--only-binary", ":all:"]
     argv += ["--python-version", spec.python, "--implementation", "cp", "--abi", spec.abi]
     for tag in platforms(spec.platform):
         argv += ["--platform", tag]
-    return [*argv, "--index-url", spec.index, *spec.requirements]
+    wanted = spec.requirements if requirements is None else requirements
+    return [*argv, "--index-url", spec.index, *wanted]
+
+
+def project_of(requirement: str, where: str) -> str:
+    try:
+        return lock.canonical_project(Requirement(requirement).name)
+    except InvalidRequirement as error:
+        raise ResolveError(f"{where}: {requirement!r} is not a requirement ({error})") from None
+
+
+def requirements_of(item: Mapping[str, Any]) -> list[str]:
+    """An sdist's Requires-Dist that apply here (markers for this Python, no extras)."""
+    wanted = []
+    for text in item.get("metadata", {}).get("requires_dist") or []:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        requirement.marker = None
+        wanted.append(str(requirement))
+    return wanted
 
 
 def pip_environment() -> dict[str, str]:
@@ -161,7 +202,7 @@ def check_interpreter(spec: Spec, python_version: str, machine: str) -> None:
 
 def parse_report(spec: Spec, report: Mapping[str, Any]) -> Resolution:
     """The report's files (less the excluded projects) as lock `wheels`, by project name."""
-    wheels, excluded = [], {}
+    wheels, sdists, excluded = [], [], {}
     remote_index = not spec.index.startswith("file:")
     for item in report.get("install", []):
         metadata, info = item.get("metadata", {}), item.get("download_info", {})
@@ -172,8 +213,17 @@ def parse_report(spec: Spec, report: Mapping[str, Any]) -> Resolution:
             excluded[project] = str(version)
             continue
         filename = url.rsplit("/", 1)[-1]
-        if not filename.endswith(".whl"):
-            raise ResolveError(f"{project} {version}: {url} is not a wheel (binary wheels only)")
+        source = project in spec.sdists
+        if source and not lock.SDIST_FILENAME.match(filename):
+            raise ResolveError(
+                f"{project} {version}: {url} is not a source distribution (name-version.tar.gz), "
+                "which resolve.sdists asks for"
+            )
+        if not source and not filename.endswith(".whl"):
+            raise ResolveError(
+                f"{project} {version}: {url} is not a wheel (binary wheels only; name the "
+                "project in resolve.sdists to build it from source in the image)"
+            )
         if remote_index and not url.startswith(("https://", "http://")):
             raise ResolveError(
                 f"{project} {version} resolved to {url}, not a file of {spec.index}: "
@@ -181,17 +231,20 @@ def parse_report(spec: Spec, report: Mapping[str, Any]) -> Resolution:
             )
         if not lock.SHA256.match(sha256):
             raise ResolveError(f"{project} {version}: the index gave no sha256 for {url}")
-        wheels.append({"filename": filename, "urls": [url], "sha256": sha256})
+        (sdists if source else wheels).append(
+            {"filename": filename, "urls": [url], "sha256": sha256}
+        )
     missing = sorted(set(spec.exclude) - set(excluded))
     if missing:
         raise ResolveError(
             f"{spec.name}: resolve.exclude names {', '.join(missing)}, which the resolution "
             "does not contain: remove it from the lock entry"
         )
-    if not wheels:
+    if not wheels and not sdists:
         raise ResolveError(f"{spec.name}: the resolution installs nothing")
     wheels.sort(key=lambda wheel: lock.parse_wheel_filename(wheel["filename"], spec.name)[0])
-    return Resolution(wheels, dict(sorted(excluded.items())))
+    sdists.sort(key=lambda sdist: lock.parse_sdist_filename(sdist["filename"], spec.name)[0])
+    return Resolution(wheels, dict(sorted(excluded.items())), sdists)
 
 
 def resolve(spec: Spec, python: str = sys.executable) -> Resolution:
@@ -199,12 +252,40 @@ def resolve(spec: Spec, python: str = sys.executable) -> Resolution:
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     check_interpreter(spec, running, platform.machine())
     with tempfile.TemporaryDirectory(prefix="efa-image-resolve-") as scratch:
-        report = Path(scratch) / "report.json"
-        argv = pip_command(spec, report, Path(scratch) / "target", python)
-        wanted = " ".join(spec.requirements)
-        print(f"resolving {wanted} for {spec.abi} {spec.platform} on {spec.index}", flush=True)
-        run_command(argv, env=pip_environment())
-        return parse_report(spec, json.loads(report.read_text()))
+        reports = iter(range(1_000_000))
+
+        def install(requirements: tuple[str, ...], source: bool) -> list[dict[str, Any]]:
+            report = Path(scratch) / f"report-{next(reports)}.json"
+            argv = pip_command(spec, report, Path(scratch) / "target", python, requirements, source)
+            kind = "source distributions" if source else "wheels"
+            print(
+                f"resolving {' '.join(requirements)} ({kind}) for {spec.abi} {spec.platform} "
+                f"on {spec.index}",
+                flush=True,
+            )
+            run_command(argv, env=pip_environment())
+            return json.loads(report.read_text()).get("install", [])
+
+        where = f"{spec.name}: resolve.requirements"
+        pending = [r for r in spec.requirements if project_of(r, where) in spec.sdists]
+        binaries = [r for r in spec.requirements if project_of(r, where) not in spec.sdists]
+        items: list[dict[str, Any]] = []
+        taken: set[str] = set()
+        # The sdists' own requirements: sdists again (resolve.sdists), or binaries.
+        while pending:
+            found = install(tuple(pending), source=True)
+            items += found
+            taken |= {project_of(r, where) for r in pending}
+            pending = []
+            for item in found:
+                for requirement in requirements_of(item):
+                    project = project_of(requirement, f"{spec.name}: requires_dist")
+                    if project not in spec.sdists:
+                        binaries.append(requirement)
+                    elif project not in taken and requirement not in pending:
+                        pending.append(requirement)
+        items += install(tuple(binaries), source=False)
+        return parse_report(spec, {"install": items})
 
 
 def update(
@@ -218,6 +299,8 @@ def update(
     old = lock_path.read_text()
     new = lock.set_field(old, spec.name, "wheels", resolution.wheels)
     new = lock.set_field(new, spec.name, "excluded", resolution.excluded)
+    if spec.sdists or resolution.sdists:
+        new = lock.set_field(new, spec.name, "sdists", resolution.sdists)
     # Parsed as the build will: a file the cache refuses never reaches the lock.
     entry = yaml.safe_load(new)[lock.LOCK_KEY][spec.name]
     members = lock.parse_wheelset(spec.name, entry, f"{lock_path}: {lock.LOCK_KEY}.{spec.name}")
