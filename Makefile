@@ -22,8 +22,8 @@ MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch sagemaker_training
 
-.PHONY: setup image bench test lint unit packer-check ci-mirror base-image base-images molecule lane-builds \
-    lane-checks image-tests run-image-tests docs clean
+.PHONY: setup image bench test checks test-inputs lint unit packer-check ci-mirror base-image base-images \
+    molecule lane-builds lane-checks image-tests run-image-tests docs clean
 
 setup:
 	@$(STAGE) --reset
@@ -66,9 +66,20 @@ BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_p
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py tests/image/test_sagemaker_image.py
 
 test: setup
-	@$(MAKE) --no-print-directory lint unit packer-check ci-mirror base-image
+	@$(MAKE) --no-print-directory -j2 checks test-inputs
 	@$(MAKE) --no-print-directory -j2 lane-builds lane-checks
 	@$(STAGE) --summary
+
+# Side by side before the lanes: the checks take the CPU, the CI mirror and the
+# base image mostly the network and the disk. Each side runs its stages in order.
+checks:
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory packer-check
+
+test-inputs:
+	@$(MAKE) --no-print-directory ci-mirror
+	@$(MAKE) --no-print-directory base-image
 
 # Debian 12's base is made at the head of the second lane, while the first
 # compiles on Debian 13; the first lane's late scenarios need it too and wait
