@@ -1,6 +1,9 @@
 """`efa-image build` of the reduced SageMaker flavour on the CI mirror: real METIS,
-RMM and PyTorch over the EFA/MPI/NCCL stack, verified, and an MPI job across two
-containers of it.
+RMM, PyTorch and SageMaker's training toolkit over the EFA/MPI/NCCL stack, verified,
+an MPI job across two containers of it, and SageMaker's own two-host job: `train`
+in algo-1 and algo-2 (src/efa_image/sagemaker_job.py), succeeding, failing, and
+with model-parallel parameters. Measured here: the three jobs side by side 158 s
+(the failing one's worker gives up 150 s after the master), the build 468 s.
 
 sagemaker-reduced is what reachable sources build (flavors.yml): no aws-ofi-nccl,
 nccl-tests or smdistributed, whose archives no reachable source carries. Its base
@@ -14,14 +17,19 @@ installing them again; only METIS, RMM and PyTorch are added.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
 
-from efa_image import multihost
+from efa_image import multihost, sagemaker_job
 
 FLAVOR = "sagemaker-reduced"
 BASE = "efa-image/base:debian12"
@@ -67,7 +75,9 @@ def run(image: str, script: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_build_verified_the_sagemaker_libraries(built):
     assert f"{REPOSITORY}:{FLAVOR}-{PROFILE}" in built["tags"]
-    assert {"efa", "openmpi", "nccl", "metis", "rmm", "pytorch"} <= set(built["roles"])
+    assert {"efa", "openmpi", "nccl", "metis", "rmm", "pytorch", "sagemaker_training"} <= set(
+        built["roles"]
+    )
     assert not {"aws_ofi_nccl", "nccl_tests", "smdistributed"} & set(built["roles"])
 
 
@@ -154,3 +164,171 @@ def test_mpi_allreduce_across_two_containers_over_the_ofi_mtl(built):
     assert job.hosts_seen == set(job.hosts) and len(job.hosts) == 2
     assert job.ofi_selected == 2
     assert job.ok
+
+
+def test_the_training_toolkit_contract_is_in_the_image(built):
+    """SageMaker's layout and ENV; train on PATH; the modules; mpi4py on the image's Open MPI."""
+    script = (
+        "set -e; command -v train; echo SUBMIT=$SAGEMAKER_SUBMIT_DIRECTORY; echo PATH=$PATH;"
+        " for d in code input/config input/data model output; do test -d /opt/ml/$d; done;"
+        " python -c 'import sagemaker_training, gethostname, mpi4py, paramiko;"
+        " from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])'"
+    )
+    proc = run(built["image"], script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "/opt/efa-image/venv/bin/train", lines
+    assert "SUBMIT=/opt/ml/code" in lines
+    assert any(line.startswith("PATH=") and ":/opt/ml/code" in line for line in lines)
+    assert lines[-1].startswith("Open MPI v5."), lines[-1]
+
+
+# The user's script: every rank says who it is; rank 0 gathers and writes the
+# model directory. TRAIN_FAIL_RANK makes one rank fail (the failure path).
+TRAIN_SCRIPT = """\
+import json, os, socket, sys
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+host = socket.gethostname()
+mp = os.environ.get("SM_HP_MP_PARAMETERS", "")
+print(f"sagemaker-rank {comm.rank} of {comm.size} on {host} mp={mp}", flush=True)
+if comm.rank == int(os.environ.get("TRAIN_FAIL_RANK", "-1")):
+    raise SystemExit(f"rank {comm.rank} on {host} fails on purpose")
+seen = comm.gather((comm.rank, comm.size, host), root=0)
+if comm.rank == 0:
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "ranks.json"), "w") as out:
+        json.dump(seen, out)
+"""
+FAILING_SCRIPT = 'import os\nos.environ["TRAIN_FAIL_RANK"] = "3"\n' + TRAIN_SCRIPT
+HOSTS = sagemaker_job.host_names(2)
+PROCESSES = 2
+# The instance type the hyperparameters are derived for: 8 GPUs, no EFA (the
+# toolkit adds FI_PROVIDER=efa only for EFA types, and this machine has none).
+INSTANCE_TYPE = "ml.p3.16xlarge"
+MP_PARAMETERS = {"partitions": 2, "microbatches": 4, "ddp": True}
+RANK_LINE = re.compile(r"sagemaker-rank (\d+) of (\d+) on (\S+) mp=(.*)$")
+
+
+def hyperparameters(program: str, library: str = "mpi") -> dict[str, str]:
+    """hyperparameters.json for an MPI job of PROCESSES per host: from `efa-image
+    distribution --hyperparameters` where that command exists, else the keys the
+    SageMaker Python SDK v2 writes for distribution={"mpi": {...}} (values
+    JSON-encoded) and, for model parallel, its mp_parameters."""
+    if importlib.util.find_spec("efa_image.distribution") is not None:
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "hyperparameters.json"
+            argv = [sys.executable, "-m", "efa_image", "distribution", "--instance-type"]
+            argv += [INSTANCE_TYPE, "--library", library, "--processes-per-host", str(PROCESSES)]
+            argv += ["--hyperparameters", str(out), "--entry-point", program]
+            subprocess.run(argv, check=True, capture_output=True, text=True)
+            return json.loads(out.read_text())
+    values: dict[str, object] = {
+        "sagemaker_submit_directory": "/opt/ml/code",
+        "sagemaker_program": program,
+        "sagemaker_container_log_level": 20,
+        "sagemaker_mpi_enabled": True,
+        "sagemaker_mpi_num_of_processes_per_host": PROCESSES,
+        "sagemaker_mpi_custom_mpi_options": "",
+    }
+    if library == "modelparallel":
+        values["mp_parameters"] = MP_PARAMETERS
+        values["sagemaker_distributed_dataparallel_enabled"] = False
+        values["sagemaker_instance_type"] = INSTANCE_TYPE
+    return {key: json.dumps(value) for key, value in values.items()}
+
+
+JOBS = {
+    "mpi": ("train_mpi.py", TRAIN_SCRIPT, "mpi"),
+    "failing": ("train_fail.py", FAILING_SCRIPT, "mpi"),
+    "modelparallel": ("train_mp.py", TRAIN_SCRIPT, "modelparallel"),
+}
+
+
+@pytest.fixture(scope="module")
+def jobs(built) -> dict[str, tuple[sagemaker_job.JobResult, dict[str, str]]]:
+    """The three two-host jobs at once: each waits mostly on the toolkit's own
+    sleeps (30 s on every host after mpirun, 150 s on a worker whose master failed)."""
+
+    def start(name: str) -> tuple[sagemaker_job.JobResult, dict[str, str]]:
+        program, script, library = JOBS[name]
+        values = hyperparameters(program, library)
+        job = sagemaker_job.run_job(built["image"], values, {program: script}, len(HOSTS))
+        return job, values
+
+    with ThreadPoolExecutor(len(JOBS)) as pool:
+        futures = {name: pool.submit(start, name) for name in JOBS}
+        results = {name: future.result() for name, future in futures.items()}
+    for name, (result, _) in results.items():
+        print(f"--- job {name}: {result.seconds:.0f} s")
+        for host in result.hosts:
+            for line in host.log.splitlines():
+                if "sagemaker-rank" in line or "Reporting training" in line:
+                    print(f"  {host.host}: {line.strip()}")
+    return results
+
+
+def ranks_of(job: sagemaker_job.JobResult) -> list[tuple[int, int, str, str]]:
+    master = job.host(HOSTS[0]).log
+    found = {m.groups() for line in master.splitlines() if (m := RANK_LINE.search(line))}
+    return sorted((int(r), int(size), host, mp.strip()) for r, size, host, mp in found)
+
+
+def test_train_runs_mpi_ranks_on_both_hosts(jobs):
+    job, values = jobs["mpi"]
+    assert values["sagemaker_mpi_enabled"] == "true"
+    assert [h.rc for h in job.hosts] == [0, 0], job.log[-6000:]
+    world = len(HOSTS) * PROCESSES
+    ranks = ranks_of(job)
+    assert [r[0] for r in ranks] == list(range(world)), job.log[-6000:]
+    assert all(size == world for _, size, _, _ in ranks)
+    # gethostname's LD_PRELOAD: every rank sees SageMaker's host name, PROCESSES each.
+    per_host = {host: sum(1 for r in ranks if r[2] == host) for host in HOSTS}
+    assert per_host == dict.fromkeys(HOSTS, PROCESSES), ranks
+    # Rank 0 wrote the model directory on the master; it saw the whole world.
+    model = json.loads(job.host(HOSTS[0]).files["model/ranks.json"])
+    assert sorted(tuple(x) for x in model) == [(r, world, h) for r, _, h, _ in ranks]
+    assert "output/success" in job.host(HOSTS[0]).files
+    # The toolkit's own launch line, passed to Open MPI 5 as it is.
+    master = job.host(HOSTS[0]).log
+    for option in (
+        "--allow-run-as-root",
+        "btl_vader_single_copy_mechanism none",
+        "LD_PRELOAD=/opt/efa-image/venv/lib/python3.11/site-packages/gethostname",
+    ):
+        assert option in master, option
+    # The worker saw the remote daemon it waits for (Open MPI 5's prted, as orted).
+    worker = job.host(HOSTS[1]).log
+    assert "Orted process found" in worker and "MPI training job status file found" in worker
+    assert job.left_running == []
+
+
+def test_a_failing_rank_fails_the_job_and_leaves_the_failure_file(jobs):
+    job, _ = jobs["failing"]
+    master = job.host(HOSTS[0])
+    assert master.rc != 0, job.log[-6000:]
+    failure = master.files.get("output/failure", "")
+    assert "ExecuteUserScriptError" in failure, failure[-2000:]
+    assert "rank 3 on algo-2 fails on purpose" in master.log
+    assert "output/success" not in master.files
+    # The worker ends by itself: its daemon went with mpirun's abort, and without the
+    # master's status file it gives up once the master is unreachable (the toolkit
+    # reports success there; SageMaker takes the job's failure from algo-1).
+    worker = job.host(HOSTS[1])
+    assert worker.rc == 0 and "Status file not found. Exiting..." in worker.log, worker.log[-3000:]
+    assert job.left_running == []
+
+
+def test_model_parallel_parameters_take_the_toolkits_model_parallel_path(jobs):
+    job, values = jobs["modelparallel"]
+    assert [h.rc for h in job.hosts] == [0, 0], job.log[-6000:]
+    ranks = ranks_of(job)
+    assert len(ranks) == len(HOSTS) * PROCESSES
+    # Every rank got mp_parameters as SM_HP_MP_PARAMETERS (the toolkit's switch).
+    wanted = json.loads(values["mp_parameters"])
+    assert wanted and all(json.loads(mp) == wanted for *_, mp in ranks), ranks
+    master = job.host(HOSTS[0]).log
+    # MasterRunner.run looks up smdistributed's exception classes only on that path.
+    assert "No exception classes found in smdistributed.modelparallel.backend" in master
+    plain = jobs["mpi"][0].host(HOSTS[0]).log
+    assert "No exception classes found in smdistributed.modelparallel" not in plain

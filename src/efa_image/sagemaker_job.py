@@ -1,0 +1,160 @@
+"""A SageMaker training job across containers of one image, as SageMaker starts it.
+
+SageMaker starts one container per instance with `train`, host names algo-1..N,
+after writing /opt/ml/input/config/resourceconfig.json (current_host, hosts,
+network_interface_name) and hyperparameters.json (every value JSON-encoded) and
+unpacking the user's code into /opt/ml/code. Here each host is a container of
+the image on a Docker network of the job's own (its host name and network alias
+are algo-N), the files are copied in before it starts, and the job's result is
+what SageMaker reads: each container's exit status and log, /opt/ml/model and
+/opt/ml/output.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from efa_image.containers import efa_device_args
+from efa_image.runner import run_command
+
+# Its own label value: other tests clean up multihost's containers by theirs.
+LABEL = "org.efa-image.test=sagemaker-job"
+
+
+@dataclass
+class HostResult:
+    host: str
+    rc: int
+    log: str
+    # Files under /opt/ml/model and /opt/ml/output, by path relative to /opt/ml.
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    hosts: list[HostResult]
+    seconds: float
+    left_running: list[str]
+
+    def host(self, name: str) -> HostResult:
+        return next(h for h in self.hosts if h.host == name)
+
+    @property
+    def log(self) -> str:
+        return "\n".join(f"===== {h.host} (exit {h.rc})\n{h.log}" for h in self.hosts)
+
+
+def host_names(count: int) -> list[str]:
+    return [f"algo-{i}" for i in range(1, count + 1)]
+
+
+def resource_config(host: str, hosts: list[str], interface: str = "eth0") -> dict[str, object]:
+    """resourceconfig.json as SageMaker writes it on `host`."""
+    return {
+        "current_host": host,
+        "current_instance_type": "local",
+        "current_group_name": "homogeneousCluster",
+        "hosts": hosts,
+        "instance_groups": [
+            {"instance_group_name": "homogeneousCluster", "instance_type": "local", "hosts": hosts}
+        ],
+        "network_interface_name": interface,
+    }
+
+
+def _stage(
+    root: Path,
+    host: str,
+    hosts: list[str],
+    hyperparameters: Mapping[str, str],
+    code: Mapping[str, str],
+) -> Path:
+    ml = root / host / "ml"
+    (ml / "input" / "config").mkdir(parents=True)
+    (ml / "code").mkdir()
+    (ml / "input" / "config" / "resourceconfig.json").write_text(
+        json.dumps(resource_config(host, hosts))
+    )
+    (ml / "input" / "config" / "hyperparameters.json").write_text(json.dumps(dict(hyperparameters)))
+    (ml / "input" / "config" / "inputdataconfig.json").write_text("{}")
+    for name, text in code.items():
+        (ml / "code" / name).write_text(text)
+    return ml
+
+
+def _copy_out(container: str, root: Path) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for part in ("model", "output"):
+        target = root / part
+        target.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            ["docker", "cp", f"{container}:/opt/ml/{part}/.", str(target)],
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            continue
+        for path in sorted(p for p in target.rglob("*") if p.is_file()):
+            files[f"{part}/{path.relative_to(target)}"] = path.read_text(errors="replace")
+    return files
+
+
+def run_job(
+    image: str,
+    hyperparameters: Mapping[str, str],
+    code: Mapping[str, str],
+    count: int = 2,
+    timeout: float = 600.0,
+) -> JobResult:
+    """Start `train` in `count` containers, wait for all of them, collect what they left."""
+    job = uuid.uuid4().hex[:8]
+    network = f"efa-image-sm-{job}"
+    hosts = host_names(count)
+    containers = {host: f"efa-sm-{job}-{host}" for host in hosts}
+    devices = efa_device_args()
+    started = time.monotonic()
+    run_command(["docker", "network", "create", "--label", LABEL, network])
+    try:
+        with tempfile.TemporaryDirectory(prefix="efa-image-sm-") as scratch:
+            root = Path(scratch)
+            for host, name in containers.items():
+                where = ["--name", name, "--hostname", host, "--network", network]
+                where += ["--network-alias", host, "--label", LABEL]
+                run_command(["docker", "create", *where, *devices, image, "train"])
+                ml = _stage(root, host, hosts, hyperparameters, code)
+                run_command(["docker", "cp", f"{ml}/.", f"{name}:/opt/ml"])
+            for name in containers.values():
+                run_command(["docker", "start", name])
+            results = []
+            for host, name in containers.items():
+                left = max(1.0, timeout - (time.monotonic() - started))
+                try:
+                    waited = subprocess.run(
+                        ["docker", "wait", name], capture_output=True, text=True, timeout=left
+                    )
+                    rc = int(waited.stdout.strip() or -1)
+                except subprocess.TimeoutExpired:
+                    rc = -1
+                logs = subprocess.run(
+                    ["docker", "logs", name], capture_output=True, text=True, check=False
+                )
+                # Read at once: the master ends first, a worker may wait minutes more.
+                files = _copy_out(name, root / host / "out")
+                results.append(HostResult(host, rc, logs.stdout + logs.stderr, files))
+            running = subprocess.run(
+                ["docker", "ps", "-q", "--filter", f"network={network}"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.split()
+            return JobResult(results, time.monotonic() - started, running)
+    finally:
+        subprocess.run(["docker", "rm", "-f", *containers.values()], capture_output=True)
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
