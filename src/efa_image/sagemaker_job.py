@@ -7,7 +7,10 @@ unpacking the user's code into /opt/ml/code. Here each host is a container of
 the image on a Docker network of the job's own (its host name and network alias
 are algo-N), the files are copied in before it starts, and the job's result is
 what SageMaker reads: each container's exit status and log, /opt/ml/model and
-/opt/ml/output.
+/opt/ml/output. As SageMaker does, a job whose master (algo-1) failed is ended:
+the other hosts are stopped once their MPI daemon is gone (the toolkit's worker
+would otherwise poll for the master's status file for 150 s more), and what ran
+on them at that moment is kept for the caller to check.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from efa_image.runner import run_command
 
 # Its own label value: other tests clean up multihost's containers by theirs.
 LABEL = "org.efa-image.test=sagemaker-job"
+# The toolkit's worker logs this when its host's MPI daemon (orted) has exited.
+DAEMON_GONE = "Orted process exited"
+# Every process's command line (images need not have ps).
+LIST_PROCESSES = 'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$f"; echo; done'
 
 
 @dataclass
@@ -35,6 +42,8 @@ class HostResult:
     log: str
     # Files under /opt/ml/model and /opt/ml/output, by path relative to /opt/ml.
     files: dict[str, str] = field(default_factory=dict)
+    # Stopped because the job had failed: its processes' command lines just before.
+    stopped_with: str | None = None
 
 
 @dataclass
@@ -132,22 +141,15 @@ def run_job(
                 run_command(["docker", "cp", f"{ml}/.", f"{name}:/opt/ml"])
             for name in containers.values():
                 run_command(["docker", "start", name])
-            results = []
+            results: list[HostResult] = []
             for host, name in containers.items():
-                left = max(1.0, timeout - (time.monotonic() - started))
-                try:
-                    waited = subprocess.run(
-                        ["docker", "wait", name], capture_output=True, text=True, timeout=left
-                    )
-                    rc = int(waited.stdout.strip() or -1)
-                except subprocess.TimeoutExpired:
-                    rc = -1
-                logs = subprocess.run(
-                    ["docker", "logs", name], capture_output=True, text=True, check=False
-                )
+                stopped_with = None
+                if results and results[0].rc != 0:
+                    stopped_with = _end_failed(name, started, timeout)
+                rc = _wait(name, max(1.0, timeout - (time.monotonic() - started)))
                 # Read at once: the master ends first, a worker may wait minutes more.
                 files = _copy_out(name, root / host / "out")
-                results.append(HostResult(host, rc, logs.stdout + logs.stderr, files))
+                results.append(HostResult(host, rc, _logs(name), files, stopped_with))
             running = subprocess.run(
                 ["docker", "ps", "-q", "--filter", f"network={network}"],
                 capture_output=True,
@@ -158,3 +160,35 @@ def run_job(
     finally:
         subprocess.run(["docker", "rm", "-f", *containers.values()], capture_output=True)
         subprocess.run(["docker", "network", "rm", network], capture_output=True)
+
+
+def _logs(name: str) -> str:
+    done = subprocess.run(["docker", "logs", name], capture_output=True, text=True, check=False)
+    return done.stdout + done.stderr
+
+
+def _wait(name: str, seconds: float) -> int:
+    """The container's exit status; -1 when it is still running after `seconds`."""
+    try:
+        waited = subprocess.run(
+            ["docker", "wait", name], capture_output=True, text=True, timeout=seconds
+        )
+    except subprocess.TimeoutExpired:
+        return -1
+    return int(waited.stdout.strip() or -1)
+
+
+def _end_failed(name: str, started: float, timeout: float) -> str:
+    """A worker of a failed job, as SageMaker ends it: once its MPI daemon is gone (or
+    the job's time is up), its processes are read and it is stopped."""
+    while DAEMON_GONE not in _logs(name) and time.monotonic() - started < timeout:
+        if _wait(name, 2.0) != -1:
+            break
+    processes = subprocess.run(
+        ["docker", "exec", name, "sh", "-c", LIST_PROCESSES],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    subprocess.run(["docker", "stop", "--time", "5", name], capture_output=True, check=False)
+    return processes
