@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from efa_image import artifacts, base, build, cli, distro, images, packer, preflight
+from efa_image import artifacts, base, basecontents, build, cli, distro, images, packer, preflight
 
 ARGS = ["build", "--flavor", "efa-reduced", "--profile", "portable", "--repository", "t"]
 
@@ -40,6 +40,7 @@ def stubbed(monkeypatch, tmp_path):
     monkeypatch.setattr(images, "base_path", lambda ref: "/usr/bin:/bin")
     monkeypatch.setattr(images, "probe_cuda", lambda ref: images.BaseCuda())
     monkeypatch.setattr(distro, "probe_for", lambda image, methods: None)
+    monkeypatch.setattr(basecontents, "probe", lambda image: {})
     monkeypatch.setattr(artifacts.Store, "get", lambda self, artifact: tmp_path / "f")
 
     def packer_build(root, var_file, manifest):
