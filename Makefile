@@ -49,21 +49,28 @@ bench: setup
 	    $(if $(filter command line,$(origin MIRROR)),--mirror $(MIRROR))
 	@$(STAGE) --summary
 
-# `make test` runs its long part in two lanes side by side, one per core: the
-# scenarios that compile on Debian 13, then the image builds that take those
-# components from the build cache the scenarios filled, then the SageMaker
-# libraries' scenarios, mpi_ssh and nccl; and the scenarios and image tests that
-# mostly wait on Ansible, docker and apt, then the reduced SageMaker image
-# (Debian 12: it compiles its own libfabric and Open MPI). The lanes are balanced
-# by measured time (the second lane was 300 s longer with mpi_ssh and nccl in it). Every scenario and image test is in one lane (tests/test_roles.py checks
-# it); `make molecule` and `make image-tests` run all of theirs one after the
-# other. Output is not synchronised: both lanes' lines interleave as they come,
-# so long steps show progress.
-BUILD_SCENARIOS := efa/default openmpi aws_ofi_nccl nccl/source
-BUILD_LATE_SCENARIOS := metis rmm pytorch smdistributed mpi_ssh nccl/default sagemaker_training
+# `make test` runs its long part in two lanes side by side, one per core. Each
+# component is compiled once per run and every later build takes it from the
+# build cache: libfabric on Debian 13 in efa's scenario, libfabric and Open MPI on
+# Debian 12 in openmpi's (Debian 12's Python 3.11 is the one the lock's PyTorch is
+# for, so the SageMaker scenarios and images are built there too). The first
+# lane: efa's scenario, openmpi's, then the Debian 12 image builds: efa-reduced
+# (its build, MPI job and push) and the reduced SageMaker image that extends it
+# (the same inputs, so the efa-reduced image is reused by fingerprint), then
+# nccl. The second: the scenarios and image tests that mostly wait on Ansible,
+# docker and apt (the distro profile, Packer run by hand, interrupted builds),
+# then the SageMaker libraries' scenarios and mpi_ssh. The lanes are balanced by
+# measured time. Every scenario and image test is in one lane (tests/test_roles.py
+# checks it); `make molecule` and `make image-tests` run all of theirs one after
+# the other. Output is not synchronised: both lanes' lines interleave as they
+# come, so long steps show progress.
+BUILD_SCENARIOS := efa/default aws_ofi_nccl nccl/source
+BUILD_DEBIAN12_SCENARIOS := openmpi
+BUILD_LATE_SCENARIOS := nccl/default
 CHECK_SCENARIOS := artifact common efa/package_refused
-BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py
-CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py tests/image/test_sagemaker_image.py
+CHECK_LATE_SCENARIOS := metis rmm pytorch smdistributed mpi_ssh sagemaker_training
+BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py tests/image/test_sagemaker_image.py
+CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
 
 test: setup
 	@$(MAKE) --no-print-directory -j2 checks test-inputs
@@ -82,18 +89,21 @@ test-inputs:
 	@$(MAKE) --no-print-directory base-image
 
 # Debian 12's base is made at the head of the second lane, while the first
-# compiles on Debian 13; the first lane's late scenarios need it too and wait
-# for it if it is still being made (efa-image base holds a lock per image).
+# runs efa's scenario on Debian 13; the first lane then waits for it if it is
+# still being made (efa-image base holds a lock per image).
 lane-builds:
 	@$(MOLECULE_ALL) $(BUILD_SCENARIOS)
-	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests IMAGE_TESTS="$(BUILD_IMAGE_TESTS)"
 	@$(BIN)/efa-image base --image $(SECOND_BASE)
+	@$(MOLECULE_ALL) $(BUILD_DEBIAN12_SCENARIOS)
+	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests \
+	    IMAGE_BASE=$(SECOND_BASE) IMAGE_TESTS="$(BUILD_IMAGE_TESTS)"
 	@$(MOLECULE_ALL) $(BUILD_LATE_SCENARIOS)
 
 lane-checks:
 	@$(STAGE) base-images:debian12 $(BIN)/efa-image base --image $(SECOND_BASE)
 	@$(MOLECULE_ALL) $(CHECK_SCENARIOS)
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests:distro IMAGE_TESTS="$(CHECK_IMAGE_TESTS)"
+	@$(MOLECULE_ALL) $(CHECK_LATE_SCENARIOS)
 
 lint:
 	@$(STAGE) ruff $(BIN)/ruff check src tests roles
@@ -136,12 +146,14 @@ CI_FLAVOR := efa-reduced
 CI_PROFILE := portable
 IMAGE_TESTS ?= tests/image
 IMAGE_STAGE ?= image-tests
+# The base of the image tests' builds (tests/image/imagebuild.py reads EFA_IMAGE_BASE).
+IMAGE_BASE ?= $(EFA_IMAGE_BASE)
 image-tests: base-images
 	@$(MAKE) --no-print-directory run-image-tests
 
 run-image-tests:
 	@$(STAGE) --pytest $(IMAGE_STAGE) env EFA_IMAGE_IMAGE_TESTS=1 EFA_IMAGE_MIRROR=$(MIRROR) \
-	    EFA_IMAGE_TEST_FLAVOR=$(CI_FLAVOR) EFA_IMAGE_TEST_PROFILE=$(CI_PROFILE) \
+	    EFA_IMAGE_BASE=$(IMAGE_BASE) EFA_IMAGE_TEST_FLAVOR=$(CI_FLAVOR) EFA_IMAGE_TEST_PROFILE=$(CI_PROFILE) \
 	    $(WITH_VENV) pytest -v $(IMAGE_TESTS)
 
 # Regenerates the variable tables in roles/*/README.md from meta/argument_specs.yml.

@@ -95,7 +95,13 @@ def test_make_tests_lanes_run_every_scenario_and_image_test_once(root):
 
     lanes = [
         [s for spec in makefile_list(root, name) for s in sorted(expand(spec))]
-        for name in ("BUILD_SCENARIOS", "BUILD_LATE_SCENARIOS", "CHECK_SCENARIOS")
+        for name in (
+            "BUILD_SCENARIOS",
+            "BUILD_DEBIAN12_SCENARIOS",
+            "BUILD_LATE_SCENARIOS",
+            "CHECK_SCENARIOS",
+            "CHECK_LATE_SCENARIOS",
+        )
     ]
     assert sorted(s for lane in lanes for s in lane) == sorted(scenarios)
     image_tests = {str(p.relative_to(root)) for p in root.glob("tests/image/test_*.py")}

@@ -10,9 +10,12 @@ nccl-tests or smdistributed, whose archives no reachable source carries. Its bas
 is Debian 12, whose Python 3.11 is the one the lock's PyTorch wheels are for.
 
 It is built the way a Deep Learning Container is extended: on an efa-reduced image
-of Debian 12 built first (the stand-in for the DLC, with EFA, Open MPI and NCCL),
-whose components the build finds, verifies and records (origin base) without
-installing them again; only METIS, RMM and PyTorch are added.
+of Debian 12 (the stand-in for the DLC, with EFA, Open MPI and NCCL), whose
+components the build finds, verifies and records (origin base) without installing
+them again; only METIS, RMM and PyTorch are added. make test runs
+tests/image/test_image_build.py on Debian 12 just before this file, so the stand-in
+has the inputs of that verified image and is that image, reused by fingerprint;
+run alone, this file builds it.
 """
 
 from __future__ import annotations
