@@ -22,7 +22,7 @@ MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch sagemaker_training
 
-.PHONY: setup image bench test checks test-inputs lint unit packer-check ci-mirror base-image base-images \
+.PHONY: setup image bench test checks test-inputs lint unit packer-check ci-mirror base-image second-base-image base-images \
     molecule lane-builds lane-checks image-tests run-image-tests docs clean
 
 setup:
@@ -49,28 +49,28 @@ bench: setup
 	    $(if $(filter command line,$(origin MIRROR)),--mirror $(MIRROR))
 	@$(STAGE) --summary
 
-# `make test` runs its long part in two lanes side by side, one per core. Each
-# component is compiled once per run and every later build takes it from the
-# build cache: libfabric on Debian 13 in efa's scenario, libfabric and Open MPI on
-# Debian 12 in openmpi's (Debian 12's Python 3.11 is the one the lock's PyTorch is
-# for, so the SageMaker scenarios and images are built there too). The first
-# lane: efa's scenario, openmpi's, then the Debian 12 image builds: efa-reduced
-# (its build, MPI job and push) and the reduced SageMaker image that extends it
-# (the same inputs, so the efa-reduced image is reused by fingerprint), then
-# nccl. The second: the scenarios and image tests that mostly wait on Ansible,
-# docker and apt (the distro profile, Packer run by hand, interrupted builds),
-# then the SageMaker libraries' scenarios and mpi_ssh. The lanes are balanced by
-# measured time. Every scenario and image test is in one lane (tests/test_roles.py
-# checks it); `make molecule` and `make image-tests` run all of theirs one after
-# the other. Output is not synchronised: both lanes' lines interleave as they
-# come, so long steps show progress.
-BUILD_SCENARIOS := efa/default aws_ofi_nccl nccl/source
-BUILD_DEBIAN12_SCENARIOS := openmpi
-BUILD_LATE_SCENARIOS := nccl/default
-CHECK_SCENARIOS := artifact common efa/package_refused
-CHECK_LATE_SCENARIOS := metis rmm pytorch smdistributed mpi_ssh sagemaker_training
+# `make test` runs its long part in two lanes side by side, one per core. Every
+# source build is on Debian 12 (its Python 3.11 is the one the lock's PyTorch
+# is for, so the SageMaker scenarios and images are there too), and each
+# component is compiled once per run: the first lane's first build, the
+# efa-reduced image, compiles libfabric and Open MPI, and every later build
+# takes them from the build cache. That lane goes on with that image's tests
+# and push, the reduced SageMaker image that extends it (the same inputs, so the
+# efa-reduced image is reused by fingerprint), then mpi_ssh and rmm. The second
+# runs what needs no compiled component (artifact, common, the refusal, the
+# Debian 13 distro profile, Packer run by hand, interrupted builds, metis,
+# pytorch, nccl), then, once the first lane has filled the build cache, the
+# scenarios that take libfabric and Open MPI from it. The lanes are balanced by
+# measured time. Every scenario and image test is in one lane
+# (tests/test_roles.py checks it); `make molecule` and `make image-tests` run
+# all of theirs one after the other. Output is not synchronised: both lanes'
+# lines interleave as they come, so long steps show progress.
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py tests/image/test_sagemaker_image.py
+BUILD_SCENARIOS := mpi_ssh rmm aws_ofi_nccl nccl/source
+CHECK_SCENARIOS := artifact common efa/package_refused
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
+CHECK_LATE_SCENARIOS := metis pytorch smdistributed nccl/default
+CHECK_CACHED_SCENARIOS := efa/default openmpi sagemaker_training
 
 test: setup
 	@$(MAKE) --no-print-directory -j2 checks test-inputs
@@ -78,32 +78,28 @@ test: setup
 	@$(STAGE) --summary
 
 # Side by side before the lanes: the checks take the CPU, the CI mirror and the
-# base image mostly the network and the disk. Each side runs its stages in order.
+# two base images (bootstrapped side by side) mostly the network and the disk,
+# then Packer's checks. Each side runs its stages in order; the sides are
+# balanced by measured time.
 checks:
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory unit
-	@$(MAKE) --no-print-directory packer-check
 
 test-inputs:
 	@$(MAKE) --no-print-directory ci-mirror
-	@$(MAKE) --no-print-directory base-image
+	@$(MAKE) --no-print-directory -j2 base-image second-base-image
+	@$(MAKE) --no-print-directory packer-check
 
-# Debian 12's base is made at the head of the second lane, while the first
-# runs efa's scenario on Debian 13; the first lane then waits for it if it is
-# still being made (efa-image base holds a lock per image).
 lane-builds:
-	@$(MOLECULE_ALL) $(BUILD_SCENARIOS)
-	@$(BIN)/efa-image base --image $(SECOND_BASE)
-	@$(MOLECULE_ALL) $(BUILD_DEBIAN12_SCENARIOS)
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests \
 	    IMAGE_BASE=$(SECOND_BASE) IMAGE_TESTS="$(BUILD_IMAGE_TESTS)"
-	@$(MOLECULE_ALL) $(BUILD_LATE_SCENARIOS)
+	@$(MOLECULE_ALL) $(BUILD_SCENARIOS)
 
 lane-checks:
-	@$(STAGE) base-images:debian12 $(BIN)/efa-image base --image $(SECOND_BASE)
 	@$(MOLECULE_ALL) $(CHECK_SCENARIOS)
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests:distro IMAGE_TESTS="$(CHECK_IMAGE_TESTS)"
 	@$(MOLECULE_ALL) $(CHECK_LATE_SCENARIOS)
+	@$(MOLECULE_ALL) $(CHECK_CACHED_SCENARIOS)
 
 lint:
 	@$(STAGE) ruff $(BIN)/ruff check src tests roles
@@ -123,14 +119,17 @@ ci-mirror:
 	@$(STAGE) ci-mirror env EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
 	    $(BIN)/efa-image mirror create $(MIRROR) $(addprefix --name ,$(CI_MIRROR_ARTIFACTS))
 
-# Debian 12 too: the SageMaker scenarios and image (Python 3.11) and the refusal
-# scenarios run on it.
+# Debian 12 too: the source builds' scenarios and image tests, the SageMaker
+# ones (Python 3.11) and the refusal scenarios run on it.
 SECOND_BASE := efa-image/base:debian12
 base-images:
 	@$(STAGE) base-images $(BIN)/efa-image base --image $(EFA_IMAGE_BASE) --image $(SECOND_BASE)
 
 base-image:
 	@$(STAGE) base-image $(BIN)/efa-image base --image $(EFA_IMAGE_BASE)
+
+second-base-image:
+	@$(STAGE) base-image:debian12 $(BIN)/efa-image base --image $(SECOND_BASE)
 
 MOLECULE_ALL := $(WITH_VENV) EFA_IMAGE_MIRROR=$(MIRROR) EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
     scripts/molecule-all
@@ -141,7 +140,8 @@ molecule: base-images
 # Real `efa-image build` runs from the CI mirror (tests/image): a failing role, a
 # build killed mid-compile and its rebuild, the image's contents and an MPI job
 # across two containers of it. The flavour is efa-reduced (efa without
-# aws-ofi-nccl and nccl-tests): the CI mirror cannot hold those two.
+# aws-ofi-nccl and nccl-tests): the CI mirror cannot hold those two. The log
+# shows what each test printed (job output, timings) and the slowest tests.
 CI_FLAVOR := efa-reduced
 CI_PROFILE := portable
 IMAGE_TESTS ?= tests/image
@@ -154,7 +154,7 @@ image-tests: base-images
 run-image-tests:
 	@$(STAGE) --pytest $(IMAGE_STAGE) env EFA_IMAGE_IMAGE_TESTS=1 EFA_IMAGE_MIRROR=$(MIRROR) \
 	    EFA_IMAGE_BASE=$(IMAGE_BASE) EFA_IMAGE_TEST_FLAVOR=$(CI_FLAVOR) EFA_IMAGE_TEST_PROFILE=$(CI_PROFILE) \
-	    $(WITH_VENV) pytest -v $(IMAGE_TESTS)
+	    $(WITH_VENV) pytest -v -rP --durations=20 $(IMAGE_TESTS)
 
 # Regenerates the variable tables in roles/*/README.md from meta/argument_specs.yml.
 docs:
