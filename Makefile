@@ -72,10 +72,12 @@ CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_
 CHECK_LATE_SCENARIOS := metis pytorch smdistributed nccl/default
 CHECK_CACHED_SCENARIOS := efa/default openmpi sagemaker_training
 
+# The summary comes last even when a stage failed, ending with that stage's
+# error lines: the lanes' output interleaves, and CI shows only its end.
 test: setup
-	@$(MAKE) --no-print-directory -j2 checks test-inputs
-	@$(MAKE) --no-print-directory -j2 lane-builds lane-checks
-	@$(STAGE) --summary
+	@$(MAKE) --no-print-directory -j2 checks test-inputs \
+	    && $(MAKE) --no-print-directory -j2 lane-builds lane-checks; \
+	    rc=$$?; $(STAGE) --summary; exit $$rc
 
 # Side by side before the lanes: the checks take the CPU, the CI mirror and the
 # two base images (bootstrapped side by side) mostly the network and the disk,

@@ -1,3 +1,4 @@
+import re
 import subprocess
 from pathlib import Path
 
@@ -71,3 +72,40 @@ def test_wall_clock_counts_from_reset_for_stages_side_by_side(tmp_path):
     assert {"lane-a", "lane-b", "total", "wall"} <= set(lines)
     total, wall = (float(lines[k].split()[-1].rstrip("s")) for k in ("total", "wall"))
     assert total >= 1.0 and 0.5 <= wall < total
+
+
+def test_summary_ends_with_each_failed_stages_error_lines(tmp_path):
+    log = tmp_path / "stages.tsv"
+    run(log, "--reset")
+    error = "\x1b[31mfatal: [host]: FAILED! => no space left\x1b[0m"
+    script = f"echo building; echo '{error}'; echo recap; exit 2"
+    assert run(log, "molecule:role/default", "sh", "-c", script).returncode == 2
+    assert run(log, "fine", "echo", "fatal: words in a stage that passed").returncode == 0
+    lines = run(log, "--summary").stdout.splitlines()
+    saved = tmp_path / "stages.tsv.d" / "molecule_role_default.log"
+    assert "building" in saved.read_text()
+    assert re.fullmatch(
+        rf"stage molecule:role/default failed \(exit 2\) after [0-9.]+s; its output: {saved}",
+        lines[-3],
+    )
+    assert lines[-2:] == [
+        "    fatal: [host]: FAILED! => no space left",
+        "failed stages: molecule:role/default",
+    ]
+
+
+def test_failed_stage_without_error_lines_shows_its_last_lines(tmp_path):
+    log = tmp_path / "stages.tsv"
+    run(log, "--reset")
+    assert run(log, "quiet", "sh", "-c", "seq 1 20; exit 1").returncode == 1
+    lines = run(log, "--summary").stdout.splitlines()
+    assert lines[-9:-1] == [f"    {n}" for n in range(13, 21)]
+    assert lines[-1] == "failed stages: quiet"
+
+
+def test_reset_removes_earlier_stage_outputs(tmp_path):
+    log = tmp_path / "stages.tsv"
+    run(log, "old", "sh", "-c", "exit 1")
+    run(log, "--reset")
+    assert not (tmp_path / "stages.tsv.d").exists()
+    assert run(log, "--summary").stdout == ""
