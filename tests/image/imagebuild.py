@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,10 @@ def build_and_report(
     proc = subprocess.run(argv, capture_output=True, text=True)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
+    # Shown by make test (pytest -rP): the slowest tasks, each role's total and
+    # the build's stages, from the recaps at the end of the build's output.
+    recap = output.rfind("PLAY RECAP")
+    print(f"{shlex.join(argv)}:\n{output[recap:] if recap >= 0 else output[-3000:]}")
     data = json.loads(report.read_text())
     data["output"] = output
     return data
