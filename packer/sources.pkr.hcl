@@ -36,9 +36,12 @@ source "docker" "image" {
     var.artifact_cache != "" ? ["--volume", "${var.artifact_cache}:${local.artifact_mount}:ro"] : [],
     ["{{.Image}}", "/bin/bash"],
   )
+  # docker commit keeps the container's labels: the owner label is emptied, or
+  # every container run from the image would look like this build's leftover.
   changes = concat(
     [for name, value in local.image_env : "ENV ${name}=${value}"],
     [for name, value in local.image_labels : "LABEL ${name}=\"${value}\""],
+    ["LABEL org.efa-image.build-owner=\"\""],
     ["CMD [\"/bin/bash\"]"],
   )
 }

@@ -149,6 +149,35 @@ def test_owners_of_dead_builds_are_stale(monkeypatch):
     assert images.owner_alive("manual")
 
 
+def test_only_build_containers_of_dead_builds_are_stale():
+    """A container run from a built image inherits the build's owner label (images built
+    before the label was emptied): it is the user's, never a leftover build container."""
+    alive = f"pid:{__import__('os').getpid()}"
+    listing = "\n".join(
+        [
+            "efa-image-build-0b1e2c3d-0000-4000-8000-000000000001 pid:999999999",
+            f"efa-image-build-0b1e2c3d-0000-4000-8000-000000000002 {alive}",
+            "efa-image-build-0b1e2c3d-0000-4000-8000-000000000003 ",
+            "trusting_hopper pid:999999999",
+            "algo-1 pid:999999999",
+        ]
+    )
+    assert images.stale_build_containers(listing) == [
+        "efa-image-build-0b1e2c3d-0000-4000-8000-000000000001"
+    ]
+
+
+def test_the_committed_image_does_not_keep_the_build_owner_label(root):
+    """docker commit copies the build container's labels into the image (seen here):
+    the template empties the owner label in the image's changes."""
+    source = (root / "packer/sources.pkr.hcl").read_text()
+    assert '"--name", local.container' in source
+    assert f'container = "{images.BUILD_CONTAINER_PREFIX}' in source
+    changes = source[source.index("changes = concat(") :]
+    changes = changes[: changes.index("\n  )")]
+    assert f'"LABEL {images.OWNER_LABEL}=\\"\\""' in changes
+
+
 def artifact(name, version, filename="x.tar.gz"):
     from efa_image.lock import Artifact
 

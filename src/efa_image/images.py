@@ -24,7 +24,9 @@ CUDA_PROBE = (
     # Runtime images have no nvcc; NVIDIA's set CUDA_VERSION.
     'if [ -n "${CUDA_VERSION:-}" ]; then echo "version $CUDA_VERSION"; fi'
 )
-# Packer labels its build container with the owning build (packer/sources.pkr.hcl).
+# Packer names its build container with this prefix and labels it with the owning
+# build (packer/sources.pkr.hcl).
+BUILD_CONTAINER_PREFIX = "efa-image-build-"
 OWNER_LABEL = "org.efa-image.build-owner"
 
 
@@ -144,17 +146,26 @@ def owner_alive(owner: str) -> bool:
     return True
 
 
+def stale_build_containers(listing: str) -> list[str]:
+    """Build containers, from `NAME OWNER` lines, whose owning build no longer runs.
+
+    Only containers named as Packer names build containers: a container run from a
+    built image may carry an owner label too (older images kept the build's label).
+    """
+    return [
+        name
+        for name, _, owner in (line.partition(" ") for line in listing.splitlines())
+        if name.startswith(BUILD_CONTAINER_PREFIX) and not owner_alive(owner)
+    ]
+
+
 def remove_stale_build_containers() -> list[str]:
     """Build containers of an interrupted build (killed efa-image or packer) are removed."""
     template = f'{{{{.Names}}}} {{{{.Label "{OWNER_LABEL}"}}}}'
     listing = run_command(
         ["docker", "ps", "-a", "--filter", f"label={OWNER_LABEL}", "--format", template]
     )
-    stale = [
-        name
-        for name, _, owner in (line.partition(" ") for line in listing.output.splitlines())
-        if name and not owner_alive(owner)
-    ]
+    stale = stale_build_containers(listing.output)
     if stale:
         run_command(["docker", "rm", "-f", *stale])
         print(f"removed build containers of interrupted builds: {', '.join(stale)}", flush=True)

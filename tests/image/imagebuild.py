@@ -13,12 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from efa_image.images import OWNER_LABEL
+
 FLAVOR = os.environ.get("EFA_IMAGE_TEST_FLAVOR", "efa")
 PROFILE = os.environ.get("EFA_IMAGE_TEST_PROFILE", "portable")
 MIRROR = os.environ.get("EFA_IMAGE_MIRROR", "")
 BASE = os.environ.get("EFA_IMAGE_BASE", "efa-image/base:debian13")
 REPOSITORY = "efa-image-test"
-OWNER_LABEL = "org.efa-image.build-owner"
 
 
 def build_argv(

@@ -15,7 +15,15 @@ import sys
 import time
 
 import pytest
-from imagebuild import FLAVOR, PROFILE, REPOSITORY, build_and_report, build_argv, docker
+from imagebuild import (
+    FLAVOR,
+    OWNER_LABEL,
+    PROFILE,
+    REPOSITORY,
+    build_and_report,
+    build_argv,
+    docker,
+)
 
 from efa_image import buildcache, multihost
 from efa_image.paths import project_root
@@ -91,6 +99,9 @@ def test_labels_and_manifest_name_the_components(built):
     assert manifest["flavor"] == FLAVOR and manifest["profile"] == PROFILE
     assert len(built["fingerprint"]) == 64 and not built["reused"]
     assert labels["org.efa-image.fingerprint"] == manifest["fingerprint"] == built["fingerprint"]
+    # The build container's owner label does not outlive the build: containers run
+    # from the image are never taken for an interrupted build's leftovers.
+    assert labels[OWNER_LABEL] == "", labels[OWNER_LABEL]
 
 
 def test_an_unchanged_rebuild_reuses_the_verified_image(built, tmp_path):
