@@ -7,6 +7,13 @@ BIN := $(VENV)/bin
 STAGE := scripts/stage
 # One stage log per top-level make goal, so `make image` and `make test` can run side by side.
 export EFA_IMAGE_STAGE_LOG ?= $(CURDIR)/.cache/stages-$(or $(firstword $(MAKECMDGOALS)),default).tsv
+# Python keeps what it compiles (the virtualenv is installed --no-compile and
+# compiled on first use). Where the environment sets PYTHONDONTWRITEBYTECODE, as
+# on this machine, every ansible-playbook run, each of its task workers and
+# every molecule command would compile their imports from source again:
+# an unchanged converge of the openmpi scenario took 40 s instead of 33 s here,
+# its controller CPU 23 s instead of 17 s.
+unexport PYTHONDONTWRITEBYTECODE
 # Tools from the virtualenv first; `setup` itself runs with the system python3.
 WITH_VENV := env PATH=$(abspath $(BIN)):$(PATH)
 # `make image`: the flavour and profile to build; BASE_IMAGE= replaces the

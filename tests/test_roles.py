@@ -1,6 +1,8 @@
 """Role hygiene the linters do not check: argument specs, defaults and READMEs agree."""
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,24 @@ def test_make_tests_lanes_run_every_scenario_and_image_test_once(root):
     image_tests = {str(p.relative_to(root)) for p in root.glob("tests/image/test_*.py")}
     files = makefile_list(root, "BUILD_IMAGE_TESTS") + makefile_list(root, "CHECK_IMAGE_TESTS")
     assert sorted(files) == sorted(image_tests)
+
+
+def test_make_lets_python_keep_compiled_bytecode(root):
+    """The virtualenv is compiled on first use: make must not pass on PYTHONDONTWRITEBYTECODE,
+    or every Ansible and molecule process compiles its imports from source again."""
+    probe = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(root),
+            "--eval",
+            'bytecode-probe: ; @echo "[$$PYTHONDONTWRITEBYTECODE]"',
+            "bytecode-probe",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        check=True,
+    )
+    assert probe.stdout.strip() == "[]"
