@@ -86,10 +86,10 @@ def test_recipe_for_ref():
     assert base.recipe_for("nvidia/cuda:12.4.1-devel-ubuntu22.04") is None
 
 
-def test_missing_debootstrap_names_the_fix(monkeypatch):
+def test_missing_mmdebstrap_names_the_fix(monkeypatch):
     monkeypatch.setattr(base.shutil, "which", lambda name: None)
-    with pytest.raises(base.EfaImageError, match=r"debootstrap is not installed.*make setup"):
-        base.build_debootstrap(base.RECIPES["debian12"])
+    with pytest.raises(base.EfaImageError, match=r"mmdebstrap is not installed.*make setup"):
+        base.build_bootstrapped(base.RECIPES["debian12"])
 
 
 def test_cli_unknown_recipe_is_one_line(monkeypatch, capsys):

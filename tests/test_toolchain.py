@@ -27,7 +27,7 @@ def test_non_root_is_refused_with_the_fix():
     assert "must run as root" in message
     assert "sudo make setup" in message
     assert "EFA_IMAGE_SKIP_SYSTEM=1" in message
-    assert "debootstrap" in message
+    assert "mmdebstrap" in message
 
 
 def test_non_debian_is_refused_with_what_to_install():

@@ -1,6 +1,6 @@
 """Base images for builds and molecule: use one that is present, else make it locally.
 
-No container registry is needed: Debian bases come from debootstrap and
+No container registry is needed: Debian bases come from mmdebstrap and
 `docker import`; derived bases (the CUDA toolkit) are a committed container on
 top of one. Each image carries a label with the fingerprint of its recipe, so
 an unchanged recipe is reused and a changed one is rebuilt.
@@ -87,7 +87,12 @@ class Recipe:
     def fingerprint(self) -> str:
         """Changes whenever what goes into the image changes (mirrors excluded)."""
         material = asdict(self)
-        material["steps"] = [DPKG_EXCLUDES, APT_CLEAN_HOOK, "deb822:main contrib non-free"]
+        material["steps"] = [
+            "mmdebstrap minbase merged-usr",
+            DPKG_EXCLUDES,
+            APT_CLEAN_HOOK,
+            "deb822:main contrib non-free",
+        ]
         if self.parent:
             material["parent"] = RECIPES[self.parent].fingerprint()
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
@@ -172,7 +177,7 @@ def _ensure_locked(recipe: Recipe, rebuild: bool) -> str:
     if recipe.parent:
         build_derived(recipe)
     else:
-        build_debootstrap(recipe)
+        build_bootstrapped(recipe)
     if previous and previous != image_id(recipe.ref):
         # The outdated image is untagged now; it goes unless a container still uses it.
         subprocess.run(["docker", "image", "rm", previous], capture_output=True, check=False)
@@ -217,12 +222,12 @@ def change_args(recipe: Recipe, labels: dict[str, str]) -> list[str]:
     return [arg for change in changes for arg in ("--change", change)]
 
 
-def require_debootstrap() -> str:
-    path = shutil.which("debootstrap")
+def require_mmdebstrap() -> str:
+    path = shutil.which("mmdebstrap")
     if path is None:
         raise EfaImageError(
-            "debootstrap is not installed, so base images cannot be built: "
-            "run `make setup` (or `apt-get install debootstrap`)"
+            "mmdebstrap is not installed, so base images cannot be built: "
+            "run `make setup` (or `apt-get install mmdebstrap`)"
         )
     return path
 
@@ -248,22 +253,31 @@ def prepare_rootfs(recipe: Recipe, rootfs: Path) -> None:
 
 
 def unmount_below(directory: Path) -> None:
-    """debootstrap mounts /proc and /sys in the target; a failed run can leave them."""
+    """The bootstrap mounts /proc, /sys and /dev in the target; a killed run can leave them."""
     mounts = Path("/proc/mounts").read_text().splitlines()
     points = [line.split()[1] for line in mounts if len(line.split()) > 1]
     for point in sorted((p for p in points if p.startswith(f"{directory}/")), reverse=True):
         subprocess.run(["umount", "-l", point], check=False)
 
 
-def build_debootstrap(recipe: Recipe) -> None:
-    debootstrap = require_debootstrap()
+# mmdebstrap rather than debootstrap: the same minbase (the Essential packages
+# and apt), installed by apt in one pass instead of package by package; Debian
+# 12 took 35 s and 34 s of CPU here against debootstrap's 57 s and 64 s. Its
+# merged-usr hook makes /usr merged as debootstrap does (the symlinks and
+# usr-is-merged): without it Debian 12 gets usrmerge, and perl with it (48 MB).
+MERGED_USR_HOOK = "/usr/share/mmdebstrap/hooks/merged-usr"
+
+
+def build_bootstrapped(recipe: Recipe) -> None:
+    mmdebstrap = require_mmdebstrap()
     workdir = Path(tempfile.mkdtemp(prefix=f"efa-image-{recipe.name}-", dir="/var/tmp"))
     rootfs = workdir / "rootfs"
     try:
         run_command(
             [
-                debootstrap,
+                mmdebstrap,
                 "--variant=minbase",
+                f"--hook-dir={MERGED_USR_HOOK}",
                 f"--include={','.join(recipe.packages)}",
                 recipe.suite,
                 str(rootfs),

@@ -1,4 +1,4 @@
-"""The `efa-image` command: a thin front over debootstrap, docker, packer and ansible.
+"""The `efa-image` command: a thin front over mmdebstrap, docker, packer and ansible.
 
 It adds what those tools lack (set-up, locally bootstrapped base images) and
 hands everything else to them.
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # these need PyYAML, which `setup` runs without
 WORKFLOW = """\
 workflow:
   efa-image setup          install Debian packages, start dockerd, create the virtualenv
-  efa-image base           make the base images (debootstrap + docker import) if missing
+  efa-image base           make the base images (mmdebstrap + docker import) if missing
   efa-image fetch          check and download every pinned artifact a build needs
   efa-image mirror create  copy the artifacts into a directory for offline builds
   efa-image lock update    pin an artifact: download it and write its sha256 into the lock
@@ -323,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     base_cmd = sub.add_parser(
         "base",
         help="make base images locally when they are not present",
-        description="Build the named base images with debootstrap + docker import, reusing "
+        description="Build the named base images with mmdebstrap + docker import, reusing "
         "those whose recipe is unchanged. Recipes: "
         + "; ".join(f"{r.name}: {r.description}" for r in base.RECIPES.values()),
     )

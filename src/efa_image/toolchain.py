@@ -23,7 +23,7 @@ from efa_image.runner import run_command
 from efa_image.timing import StepTimer
 
 MANUAL_INSTALL = (
-    "a Docker engine (dockerd running), packer >= 1.6.6, debootstrap, "
+    "a Docker engine (dockerd running), packer >= 1.6.6, mmdebstrap, "
     "python3 >= 3.11 with venv, git, make, xz-utils"
 )
 
@@ -45,7 +45,7 @@ REQUIREMENTS = (
     # An engine from Docker CE, or one already answering, serves as well as docker.io.
     Requirement("docker.io", "dockerd"),
     Requirement("packer", "packer"),
-    Requirement("debootstrap", "debootstrap"),
+    Requirement("mmdebstrap", "mmdebstrap"),
     Requirement("debian-archive-keyring"),
     Requirement("git", "git"),
     Requirement("make", "make"),
@@ -145,7 +145,7 @@ def ensure_venv(root: Path, target: Path) -> str:
     # --no-compile: the `ansible` package alone is tens of thousands of modules;
     # byte-compiling them all took half of this install here (34 s, 19 s without).
     # Python compiles what a command imports on first use and keeps it (the
-    # virtualenv is writable).
+    # virtualenv is writable; the Makefile unexports PYTHONDONTWRITEBYTECODE).
     run_command(
         [str(python), "-m", "pip", "install", "-q", "--no-compile", "-e", f"{root}[test]"],
         stream=True,
@@ -156,7 +156,7 @@ def ensure_venv(root: Path, target: Path) -> str:
 
 
 def check_commands() -> None:
-    missing = [c for c in ("docker", "packer", "debootstrap", "git", "make") if not shutil.which(c)]
+    missing = [c for c in ("docker", "packer", "mmdebstrap", "git", "make") if not shutil.which(c)]
     if missing:
         raise EfaImageError(
             f"missing commands: {', '.join(missing)}. Install by hand: {MANUAL_INSTALL}"
