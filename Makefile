@@ -63,20 +63,20 @@ bench: setup
 # efa-reduced image, compiles libfabric and Open MPI, and every later build
 # takes them from the build cache. That lane goes on with that image's tests
 # and push, the reduced SageMaker image that extends it (the same inputs, so the
-# efa-reduced image is reused by fingerprint), then mpi_ssh and rmm. The second
+# efa-reduced image is reused by fingerprint), then mpi_ssh. The second
 # runs what needs no compiled component (artifact, common, the refusal, the
 # Debian 13 distro profile, Packer run by hand, interrupted builds, metis,
-# pytorch, nccl), then, once the first lane has filled the build cache, the
+# pytorch, nccl, rmm), then, once the first lane has filled the build cache, the
 # scenarios that take libfabric and Open MPI from it. The lanes are balanced by
 # measured time. Every scenario and image test is in one lane
 # (tests/test_roles.py checks it); `make molecule` and `make image-tests` run
 # all of theirs one after the other. Output is not synchronised: both lanes'
 # lines interleave as they come, so long steps show progress.
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py tests/image/test_sagemaker_image.py
-BUILD_SCENARIOS := mpi_ssh rmm aws_ofi_nccl nccl/source
+BUILD_SCENARIOS := mpi_ssh aws_ofi_nccl nccl/source
 CHECK_SCENARIOS := artifact common efa/package_refused
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
-CHECK_LATE_SCENARIOS := metis pytorch smdistributed nccl/default
+CHECK_LATE_SCENARIOS := metis pytorch smdistributed nccl/default rmm
 CHECK_CACHED_SCENARIOS := efa/default openmpi sagemaker_training
 
 # The summary comes last even when a stage failed, ending with that stage's
