@@ -111,8 +111,8 @@ lane-checks:
 	@$(MOLECULE_ALL) $(CHECK_CACHED_SCENARIOS)
 
 lint:
-	@$(STAGE) ruff $(BIN)/ruff check src tests roles
-	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests roles
+	@$(STAGE) ruff $(BIN)/ruff check src tests roles plugins
+	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests roles plugins
 	@$(STAGE) yamllint $(BIN)/yamllint --strict .
 	@$(STAGE) ansible-lint $(WITH_VENV) ansible-lint --strict
 

@@ -144,6 +144,12 @@ variable "ansible_playbook" {
   description = "ansible-playbook to run (\"\": the project's .venv/bin/ansible-playbook when make setup made it, else the one on PATH); it needs the efa_image package, so the project's virtualenv."
 }
 
+variable "ansible_strategy" {
+  type        = string
+  default     = env("EFA_IMAGE_ANSIBLE_STRATEGY")
+  description = "Ansible strategy of Docker builds (default: EFA_IMAGE_ANSIBLE_STRATEGY, else mitogen_linear: one Python interpreter in the build container for the whole play); linear is Ansible's own. AMI builds use Ansible's default."
+}
+
 variable "ansible_extra_vars" {
   type        = list(string)
   default     = []

@@ -21,7 +21,7 @@ OPENMPI = Artifact("openmpi", "5.0.7", "openmpi", "openmpi.tar.xz", ("https://y/
 def project(tmp_path_factory, root_dir: Path) -> Path:
     """One copy of the project's roles, playbooks and shared inputs for the module."""
     tmp_path = tmp_path_factory.mktemp("project")
-    for name in ("roles", "playbooks", "packer", "src/efa_image"):
+    for name in ("roles", "playbooks", "packer", "plugins", "src/efa_image"):
         shutil.copytree(
             root_dir / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -102,6 +102,7 @@ def test_each_changed_input_changes_the_fingerprint(project, changes):
         "packer/sources.pkr.hcl",
         "src/efa_image/buildcache.py",
         "ansible.cfg",
+        "plugins/strategy/mitogen_linear.py",
         "overlay.yml",
     ],
 )

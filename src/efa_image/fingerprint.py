@@ -3,7 +3,8 @@
 Two builds with the same fingerprint produce the same image: the flavour and
 profile, the base image's ID, the resolved lock entries and the overlays, the
 files of the roles and playbooks that run (and the Packer templates, Ansible
-settings and the efa_image code their plugins import), Ansible's version and
+settings and strategy plugin, and the efa_image code their plugins import),
+Ansible's version and
 the extra variables. Build caches, mirrors and the repository do not change an
 image, so they are not inputs.
 
@@ -41,7 +42,7 @@ INCLUDE_KEYS = {
 # Per role, what does not reach an image: its tests and its documentation.
 NOT_IN_IMAGE = {"molecule", "README.md", "__pycache__"}
 # Beside the roles, what every build runs (relative to the project root).
-SHARED_INPUTS = ("playbooks", "packer", "ansible.cfg", "src/efa_image")
+SHARED_INPUTS = ("playbooks", "packer", "ansible.cfg", "plugins", "src/efa_image")
 # libyaml's loader where PyYAML has it: every build parses every task file.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
