@@ -12,7 +12,9 @@ This file only makes the strategy loadable from the repository (the directory
 is ansible.cfg's strategy_plugins, and molecule's ANSIBLE_STRATEGY_PLUGINS), so
 the path does not depend on where the virtualenv's site-packages are. Mitogen
 itself is pinned in pyproject.toml. EFA_IMAGE_ANSIBLE_STRATEGY=linear turns it
-off for molecule and image builds.
+off for molecule and image builds. ansible-core 2.19 warns that strategy
+plugins outside ansible.builtin are deprecated (no removal version is set);
+should a later ansible-core drop them, linear is the way back.
 """
 
 from __future__ import annotations
