@@ -44,9 +44,12 @@ build {
     )
     # Extra variables outrank the inventory Packer writes for its SSH proxy:
     # Ansible talks to the named build container directly. `docker` (which
-    # resolves to community.docker.docker) is the name Mitogen takes over.
+    # resolves to community.docker.docker) is the name Mitogen takes over. The
+    # system Python has apt's bindings: Mitogen discovers the interpreter again
+    # for every docker task, and once the pytorch role made its environment, the
+    # python3.11 first on the image's PATH is that environment's.
     extra_arguments = concat(
-      ["--extra-vars", "ansible_host=${local.container} ansible_connection=docker"],
+      ["--extra-vars", "ansible_host=${local.container} ansible_connection=docker ansible_python_interpreter=/usr/bin/python3"],
       ["--extra-vars", "efa_image_profile=${var.profile} efa_image_base_image=${var.base_image} efa_image_cuda_home=${var.cuda_home}"],
       ["--extra-vars", "efa_image_fingerprint=${var.fingerprint}"],
       ["--extra-vars", local.artifact_vars],

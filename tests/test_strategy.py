@@ -60,7 +60,10 @@ def molecule_config() -> dict:
 
 def test_scenarios_name_the_connection_mitogen_takes_over(molecule_config):
     provisioner = molecule_config["provisioner"]
-    assert provisioner["connection_options"] == {"ansible_connection": "docker"}
+    assert provisioner["connection_options"] == {
+        "ansible_connection": "docker",
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }
     env = provisioner["env"]
     assert env["ANSIBLE_STRATEGY"] == "${EFA_IMAGE_ANSIBLE_STRATEGY:-mitogen_linear}"
     # Molecule's project directory is the role's.
@@ -70,8 +73,8 @@ def test_scenarios_name_the_connection_mitogen_takes_over(molecule_config):
 
 def test_docker_builds_name_the_connection_and_strategy():
     build = (ROOT / "packer/build.pkr.hcl").read_text()
-    docker_provisioner = build[: build.index('only = ["docker.image"]')]
-    docker_provisioner = docker_provisioner[docker_provisioner.rindex('provisioner "ansible"') :]
-    assert 'ansible_connection=docker"' in docker_provisioner
-    assert "ANSIBLE_STRATEGY=${local.ansible_strategy}" in docker_provisioner
+    docker = build[: build.index('only = ["docker.image"]')]
+    docker = docker[docker.rindex('provisioner "ansible"') :]
+    assert "ansible_connection=docker ansible_python_interpreter=/usr/bin/python3" in docker
+    assert "ANSIBLE_STRATEGY=${local.ansible_strategy}" in docker
     assert 'var.ansible_strategy : "mitogen_linear"' in build
