@@ -4,9 +4,8 @@ Two builds with the same fingerprint produce the same image: the flavour and
 profile, the base image's ID, the resolved lock entries and the overlays, the
 files of the roles and playbooks that run (and the Packer templates, Ansible
 settings and strategy plugin, and the efa_image code their plugins import),
-Ansible's version and
-the extra variables. Build caches, mirrors and the repository do not change an
-image, so they are not inputs.
+Ansible's version and the extra variables. Build caches, mirrors and the
+repository do not change an image, so they are not inputs.
 
 `efa-image build` labels the image with its fingerprint and, once the image
 passed verification, records it under the artifact cache's `images/`. A build
