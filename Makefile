@@ -79,36 +79,32 @@ CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_
 CHECK_LATE_SCENARIOS := metis pytorch smdistributed nccl/default rmm
 CHECK_CACHED_SCENARIOS := efa/default openmpi sagemaker_training
 
-# Each lane starts as soon as its own inputs exist: the first once the CI mirror
-# and the Debian 12 base are there (about a minute after set-up), the second once
-# the Debian 13 base and Packer's checks are there too. The checks (lint, unit
-# tests) need neither and run beside the lanes at a lower CPU priority
-# (CHECKS_NICE): they use the time the lanes spend waiting on apt, the network,
-# the disk and single-threaded configure scripts, and take the CPU from no lane.
-# Waiting for them before the lanes cost about 90 s of wall clock. The summary
-# comes last even when a stage failed, ending with that stage's error lines: the
-# lanes' output interleaves, and CI shows only its end.
+# The summary comes last even when a stage failed, ending with that stage's
+# error lines: the lanes' output interleaves, and CI shows only its end.
 test: setup
-	@$(MAKE) --no-print-directory -j4 lane-builds lane-checks checks CHECKS_NICE=10; \
+	@$(MAKE) --no-print-directory -j2 checks test-inputs \
+	    && $(MAKE) --no-print-directory -j2 lane-builds lane-checks; \
 	    rc=$$?; $(STAGE) --summary; exit $$rc
 
-# What every stage of the checks runs under: `nice -n $(CHECKS_NICE)`.
-CHECKS_NICE ?= 0
+# Side by side before the lanes: the checks take the CPU, the CI mirror and the
+# two base images (bootstrapped side by side) mostly the network and the disk,
+# then Packer's checks. Each side runs its stages in order; the sides are
+# balanced by measured time.
 checks:
-	@nice -n $(CHECKS_NICE) $(MAKE) --no-print-directory lint
-	@nice -n $(CHECKS_NICE) $(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory unit
 
-# The lanes' inputs: each a prerequisite, so that with -j they are made side by
-# side (the mirror and the bases mostly wait on the network and the disk) and
-# once each, whichever lane asks first.
-test-inputs: ci-mirror base-image second-base-image packer-check
+test-inputs:
+	@$(MAKE) --no-print-directory ci-mirror
+	@$(MAKE) --no-print-directory -j2 base-image second-base-image
+	@$(MAKE) --no-print-directory packer-check
 
-lane-builds: ci-mirror second-base-image
+lane-builds:
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests \
 	    IMAGE_BASE=$(SECOND_BASE) IMAGE_TESTS="$(BUILD_IMAGE_TESTS)"
 	@$(MOLECULE_ALL) $(BUILD_SCENARIOS)
 
-lane-checks: test-inputs
+lane-checks:
 	@$(MOLECULE_ALL) $(CHECK_SCENARIOS)
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests:distro IMAGE_TESTS="$(CHECK_IMAGE_TESTS)"
 	@$(MOLECULE_ALL) $(CHECK_LATE_SCENARIOS)
