@@ -66,9 +66,12 @@ bench: setup
 # efa-reduced image is reused by fingerprint), then mpi_ssh. The second
 # runs what needs no compiled component (artifact, common, the refusal, the
 # Debian 13 distro profile, Packer run by hand, interrupted builds, metis,
-# pytorch, nccl, rmm), then, once the first lane has filled the build cache, the
-# scenarios that take libfabric and Open MPI from it. The lanes are balanced by
-# measured time. Every scenario and image test is in one lane
+# pytorch), then waits until the first lane has stored Open MPI in the build
+# cache (scripts/wait-for-build-cache) and runs the scenarios that take it from
+# there, sagemaker_training first: its sdists' wheels are then in the cache when
+# the SageMaker image gets to them, and that lane, the longer one, compiles
+# neither. nccl and rmm, which need no cache, come after it. The lanes are
+# balanced by measured time. Every scenario and image test is in one lane
 # (tests/test_roles.py checks it); `make molecule` and `make image-tests` run
 # all of theirs one after the other. Output is not synchronised: both lanes'
 # lines interleave as they come, so long steps show progress.
@@ -76,8 +79,8 @@ BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_p
 BUILD_SCENARIOS := mpi_ssh aws_ofi_nccl nccl/source
 CHECK_SCENARIOS := artifact common efa/package_refused
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
-CHECK_LATE_SCENARIOS := metis pytorch smdistributed nccl/default rmm
-CHECK_CACHED_SCENARIOS := efa/default openmpi sagemaker_training
+CHECK_LATE_SCENARIOS := metis pytorch smdistributed
+CHECK_CACHED_SCENARIOS := sagemaker_training nccl/default rmm efa/default openmpi
 
 # The summary comes last even when a stage failed, ending with that stage's
 # error lines: the lanes' output interleaves, and CI shows only its end.
@@ -108,6 +111,7 @@ lane-checks:
 	@$(MOLECULE_ALL) $(CHECK_SCENARIOS)
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests:distro IMAGE_TESTS="$(CHECK_IMAGE_TESTS)"
 	@$(MOLECULE_ALL) $(CHECK_LATE_SCENARIOS)
+	@$(STAGE) wait:build-cache $(WITH_VENV) scripts/wait-for-build-cache openmpi image-tests
 	@$(MOLECULE_ALL) $(CHECK_CACHED_SCENARIOS)
 
 lint:
