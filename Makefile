@@ -63,21 +63,21 @@ bench: setup
 # efa-reduced image, compiles libfabric and Open MPI, and every later build
 # takes them from the build cache. That lane goes on with that image's tests
 # and push, the reduced SageMaker image that extends it (the same inputs, so the
-# efa-reduced image is reused by fingerprint), then mpi_ssh. The second
-# runs what needs no compiled component (artifact, common, the refusal, the
-# Debian 13 distro profile, Packer run by hand, interrupted builds, metis,
-# pytorch), then waits until the first lane has stored Open MPI in the build
-# cache (scripts/wait-for-build-cache) and runs the scenarios that take it from
-# there, sagemaker_training first: its sdists' wheels are then in the cache when
-# the SageMaker image gets to them, and that lane, the longer one, compiles
-# neither. nccl and rmm, which need no cache, come after it. The lanes are
-# balanced by measured time. Every scenario and image test is in one lane
+# efa-reduced image is reused by fingerprint), then mpi_ssh and the efa role's
+# package refusal. The second runs what needs no compiled component (artifact,
+# common, the Debian 13 distro profile, Packer run by hand, interrupted builds,
+# metis, pytorch), then waits until the first lane has stored Open MPI in the
+# build cache (scripts/wait-for-build-cache) and runs the scenarios that take it
+# from there, sagemaker_training first: it compiles the sdists (mpi4py against
+# that Open MPI) before the SageMaker image gets to them, and the image takes
+# their wheels from the cache. nccl and rmm, which need no cache, come after
+# it. The lanes are balanced by measured time. Every scenario and image test is in one lane
 # (tests/test_roles.py checks it); `make molecule` and `make image-tests` run
 # all of theirs one after the other. Output is not synchronised: both lanes'
 # lines interleave as they come, so long steps show progress.
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py tests/image/test_sagemaker_image.py
-BUILD_SCENARIOS := mpi_ssh aws_ofi_nccl nccl/source
-CHECK_SCENARIOS := artifact common efa/package_refused
+BUILD_SCENARIOS := mpi_ssh efa/package_refused aws_ofi_nccl nccl/source
+CHECK_SCENARIOS := artifact common
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
 CHECK_LATE_SCENARIOS := metis pytorch smdistributed
 CHECK_CACHED_SCENARIOS := sagemaker_training nccl/default rmm efa/default openmpi
