@@ -71,10 +71,11 @@ bench: setup
 # from there, sagemaker_training first: it compiles the sdists (mpi4py against
 # that Open MPI) before the SageMaker image gets to them, and the image takes
 # their wheels from the cache. nccl and rmm, which need no cache, come after
-# it. The lanes are balanced by measured time. Every scenario and image test is in one lane
-# (tests/test_roles.py checks it); `make molecule` and `make image-tests` run
-# all of theirs one after the other. Output is not synchronised: both lanes'
-# lines interleave as they come, so long steps show progress.
+# it. The lanes are balanced by measured time. Every scenario and image test is
+# in one lane (tests/test_roles.py checks it); `make molecule` and `make
+# image-tests` run all of theirs one after the other. Output is not
+# synchronised: both lanes' lines interleave as they come, so long steps show
+# progress.
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py tests/image/test_sagemaker_image.py
 BUILD_SCENARIOS := mpi_ssh efa/package_refused aws_ofi_nccl nccl/source
 CHECK_SCENARIOS := artifact common

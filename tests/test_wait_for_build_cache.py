@@ -40,7 +40,7 @@ def test_waits_until_this_run_stores_the_entry(tmp_path):
     subprocess.run([STAGE, "--reset"], env=env(log, cache), check=True)
     store(cache, "libfabric")
     proc = start(log, cache)
-    time.sleep(3)
+    time.sleep(1)
     assert proc.poll() is None, "returned although only another component is cached"
     store(cache, "openmpi")
     output, _ = proc.communicate(timeout=15)
@@ -57,7 +57,7 @@ def test_an_entry_from_before_the_run_does_not_count_and_the_stages_end_does(tmp
         os.utime(path, (old, old))
     subprocess.run([STAGE, "--reset"], env=env(log, cache), check=True)
     proc = start(log, cache)
-    time.sleep(3)
+    time.sleep(1)
     assert proc.poll() is None, "took an entry stored before the run"
     subprocess.run([STAGE, "image-tests", "false"], env=env(log, cache), capture_output=True)
     output, _ = proc.communicate(timeout=15)
