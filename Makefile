@@ -81,7 +81,7 @@ BUILD_SCENARIOS := mpi_ssh efa/package_refused aws_ofi_nccl nccl/source
 CHECK_SCENARIOS := artifact common
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
 CHECK_LATE_SCENARIOS := metis pytorch smdistributed
-CHECK_CACHED_SCENARIOS := sagemaker_training nccl/default rmm efa/default openmpi
+CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training nccl/default rmm efa/default openmpi
 
 # The summary comes last even when a stage failed, ending with that stage's
 # error lines: the lanes' output interleaves, and CI shows only its end.
@@ -113,7 +113,7 @@ lane-checks:
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests:distro IMAGE_TESTS="$(CHECK_IMAGE_TESTS)"
 	@$(MOLECULE_ALL) $(CHECK_LATE_SCENARIOS)
 	@$(STAGE) wait:build-cache $(WITH_VENV) scripts/wait-for-build-cache openmpi image-tests
-	@$(MOLECULE_ALL) $(CHECK_CACHED_SCENARIOS)
+	@$(MOLECULE_ALL) $(CHECK_AFTER_OPENMPI_SCENARIOS)
 
 lint:
 	@$(STAGE) ruff $(BIN)/ruff check src tests roles plugins

@@ -101,7 +101,7 @@ def test_make_tests_lanes_run_every_scenario_and_image_test_once(root):
             "BUILD_SCENARIOS",
             "CHECK_SCENARIOS",
             "CHECK_LATE_SCENARIOS",
-            "CHECK_CACHED_SCENARIOS",
+            "CHECK_AFTER_OPENMPI_SCENARIOS",
         )
     ]
     assert sorted(s for lane in lanes for s in lane) == sorted(scenarios)
