@@ -123,6 +123,13 @@ def test_store_then_lookup(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".sha256"]
 
 
+def test_the_stored_glob_matches_each_stored_entrys_checksum_only(tmp_path: Path):
+    buildcache.store(tmp_path, "openmpi", "0" * 64, lambda p: p.write_bytes(b"tree"))
+    buildcache.store(tmp_path, "openmpi4", "1" * 64, lambda p: p.write_bytes(b"tree"))
+    matched = sorted(tmp_path.glob(Path(buildcache.stored_glob(tmp_path, "openmpi")).name))
+    assert matched == [tmp_path / f"openmpi-{'0' * 64}.tar.gz.sha256"]
+
+
 def test_a_damaged_entry_is_a_miss_and_is_removed(tmp_path: Path):
     path = buildcache.store(tmp_path, "libfabric", "0" * 64, lambda p: p.write_bytes(b"tree"))
     path.write_bytes(b"truncated")

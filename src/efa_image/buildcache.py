@@ -132,6 +132,12 @@ def _checksum_file(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
+def stored_glob(directory: Path, component: str) -> str:
+    """A glob for the checksum files of `component`'s entries, whatever their key: store()
+    writes an entry's checksum last, so each file it matches stands for a whole entry."""
+    return str(_checksum_file(entry(directory, component, "*")))
+
+
 def lookup(directory: Path, component: str, digest: str) -> Path | None:
     """The entry's archive when present and intact; a damaged entry is removed."""
     path = entry(directory, component, digest)
