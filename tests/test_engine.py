@@ -52,6 +52,9 @@ def fake_dockerd(monkeypatch, tmp_path):
         fake.write_text(f"#!/bin/sh\n{body}\n")
         fake.chmod(0o755)
         monkeypatch.setenv("EFA_IMAGE_STATE_DIR", str(tmp_path / "state"))
+        # The stand-in must not move this machine's Docker data root (test_dockerroot.py
+        # tries that on a scratch directory).
+        monkeypatch.setenv("EFA_IMAGE_DOCKER_ROOT", "host")
         monkeypatch.setattr(engine, "docker_answers", lambda timeout=10.0: False)
         monkeypatch.setattr(engine, "STALE_PID_FILES", ())
         monkeypatch.setattr(shutil, "which", lambda name: str(fake) if name == "dockerd" else None)

@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from efa_image import dockerroot
 from efa_image.errors import EfaImageError
 from efa_image.paths import state_dir
 from efa_image.runner import log
@@ -60,6 +61,14 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no log written)"
 
 
+def prepare_data_root() -> str:
+    """A journal for the data root where it lacks one (dockerroot); never fatal: it saves time."""
+    try:
+        return dockerroot.prepare()
+    except (EfaImageError, OSError) as exc:
+        return f"data root left where it is: {exc}"
+
+
 def ensure_docker(wait_seconds: float = 60.0) -> str:
     """Return how the engine was found ('running' or 'started'); raise if none comes up."""
     if docker_answers():
@@ -72,6 +81,7 @@ def ensure_docker(wait_seconds: float = 60.0) -> str:
         )
     for pid_file in remove_stale_pid_files():
         log.info("removed stale %s", pid_file)
+    print(prepare_data_root(), flush=True)
     log_dir = state_dir()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "dockerd.log"

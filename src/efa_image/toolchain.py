@@ -52,6 +52,9 @@ REQUIREMENTS = (
     Requirement("xz-utils", "xz"),
     # The CNCF distribution registry: the push tests serve one on loopback.
     Requirement("docker-registry", "docker-registry"),
+    # A journaled filesystem for Docker's data root where the host's has none (dockerroot).
+    Requirement("e2fsprogs", "mkfs.ext4"),
+    Requirement("mount", "losetup"),
 )
 
 
