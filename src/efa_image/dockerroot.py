@@ -165,7 +165,9 @@ def prepare(
             f"data root {target}: ext4 without a journal, left there as it holds data "
             f"(file creation is slow right after deletions there; see efa_image/dockerroot.py)"
         )
-    made = "" if image.exists() else f", {make_image(image, min_size) // GIB} GiB sparse, made"
+    made = ""
+    if not image.exists():
+        made = f", {make_image(image, min_size) // GIB} GiB sparse, made"
     loop = attach_and_mount(image, target)
     return (
         f"data root {target}: journaled ext4 in {image} on {loop}{made} "
