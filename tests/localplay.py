@@ -40,3 +40,15 @@ def run_playbook(
             **(env or {}),
         },
     )
+
+
+def lock_file(play_dir: Path) -> Path:
+    """Where a play in ``play_dir`` finds the lock: ``group_vars/all/`` beside the
+    playbook, as the image playbooks find playbooks/group_vars/all/versions.yml.
+
+    Not the play's vars_files: ansible-core reads and parses those again for every
+    task (uncached unless vaulted), which was 10 of the rmm preflight's 25 seconds.
+    """
+    path = play_dir / "group_vars" / "all" / "lock.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path

@@ -9,7 +9,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from localplay import run_playbook
+from localplay import lock_file, run_playbook
 
 GOOD = b"the real archive\n"
 
@@ -18,7 +18,7 @@ def play(tmp_path, mirror_content: bytes):
     mirror = tmp_path / "mirror" / "libfabric" / "2.1.0"
     mirror.mkdir(parents=True)
     (mirror / "libfabric-2.1.0.tar.bz2").write_bytes(mirror_content)
-    (tmp_path / "lock.yml").write_text(
+    lock_file(tmp_path).write_text(
         textwrap.dedent(f"""\
         efa_image_artifacts:
           libfabric:
@@ -36,7 +36,6 @@ def play(tmp_path, mirror_content: bytes):
           hosts: localhost
           connection: local
           gather_facts: false
-          vars_files: [lock.yml]
           vars:
             ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
           roles:

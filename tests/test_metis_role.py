@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localplay import run_playbook
+from localplay import lock_file, run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "roles" / "metis"
@@ -166,7 +166,6 @@ def play(tmp):
             "hosts": "localhost",
             "connection": "local",
             "gather_facts": True,
-            "vars_files": ["lock.yml"],
             "vars": {
                 "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                 "__results": {},
@@ -219,7 +218,7 @@ def preflight(tmp_path_factory):
     lock = yaml.safe_load((ROOT / "playbooks/group_vars/all/versions.yml").read_text())
     artifacts = lock["efa_image_artifacts"]
     artifacts["metis52"] = {**artifacts["metis"], "version": "5.2.1"}
-    (tmp / "lock.yml").write_text(yaml.safe_dump(lock))
+    lock_file(tmp).write_text(yaml.safe_dump(lock))
     (tmp / "case.yml").write_text(yaml.safe_dump(CASE, sort_keys=False))
     (tmp / "play.yml").write_text(yaml.safe_dump(play(tmp), sort_keys=False))
     proc = run_playbook(tmp / "play.yml", "--check")

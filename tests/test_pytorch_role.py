@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from efa_image import compat, lock
-from localplay import run_playbook
+from localplay import lock_file, run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -96,19 +96,17 @@ def test_nccl_codes_read_as_versions():
 
 def preflight(tmp_path, variables, lock_entries=None, env=None):
     """The role's preflight (tasks_from) against localhost; returns the process."""
-    lock_file = tmp_path / "lock.yml"
+    path = lock_file(tmp_path)
     if lock_entries is None:
-        text = (ROOT / "playbooks/group_vars/all/versions.yml").read_text()
-        lock_file.write_text(text)
+        path.write_text((ROOT / "playbooks/group_vars/all/versions.yml").read_text())
     else:
-        lock_file.write_text(yaml.safe_dump({lock.LOCK_KEY: lock_entries}))
+        path.write_text(yaml.safe_dump({lock.LOCK_KEY: lock_entries}))
     (tmp_path / "play.yml").write_text(
         textwrap.dedent(f"""\
         - name: Preflight of the pytorch role
           hosts: localhost
           connection: local
           gather_facts: false
-          vars_files: [lock.yml]
           vars:
             ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
           tasks:

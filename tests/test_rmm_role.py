@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localplay import run_playbook
+from localplay import lock_file, run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = yaml.safe_load((ROOT / "playbooks/group_vars/all/versions.yml").read_text())
@@ -84,7 +84,7 @@ def preflight(tmp_path_factory):
     lock = json.loads(json.dumps(LOCK))
     artifacts = lock["efa_image_artifacts"]
     artifacts["rmm_wheel_unpinned"] = {**artifacts["rmm_wheel"], "sha256": ""}
-    (tmp / "lock.yml").write_text(yaml.safe_dump(lock))
+    lock_file(tmp).write_text(yaml.safe_dump(lock))
     homes = {}
     for name, case in CASES.items():
         home = tmp / "cuda" / name
@@ -115,7 +115,6 @@ def preflight(tmp_path_factory):
             "hosts": "localhost",
             "connection": "local",
             "gather_facts": True,
-            "vars_files": ["lock.yml"],
             "vars": {
                 "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                 "__results": {},

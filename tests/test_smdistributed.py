@@ -11,7 +11,7 @@ import yaml
 
 from efa_image import context, flavors, lock, preflight, smdistributed
 from efa_image.smdistributed import Image, Pin, SelectionError
-from localplay import run_playbook
+from localplay import lock_file, run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src/efa_image/data/smdistributed_builds.yml"
@@ -486,7 +486,6 @@ def role_preflight(tmp_path_factory):
             "hosts": "localhost",
             "connection": "local",
             "gather_facts": True,
-            "vars_files": [str(LOCK)],
             "vars": {
                 "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                 "__results": {},
@@ -510,6 +509,7 @@ def role_preflight(tmp_path_factory):
             ],
         }
     ]
+    lock_file(tmp).write_text(LOCK.read_text())
     (tmp / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     # Check mode: the role fetches nothing then (no wheel is reachable here).
     proc = run_playbook(tmp / "play.yml", "--check", env={"EFA_IMAGE_MIRROR": ""})

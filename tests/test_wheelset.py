@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from efa_image import artifacts, cli, lock, wheelset
-from localplay import run_playbook
+from localplay import lock_file, run_playbook
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 CP = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -363,14 +363,13 @@ def test_project_lock_pins_pytorch_without_its_nccl(root):
 
 def test_the_artifact_role_resolves_a_set_into_one_item_per_file(tmp_path):
     """tasks_from resolve with a set's name: artifact_info keyed <set>/<project>."""
-    (tmp_path / "lock.yml").write_text(yaml.safe_dump({lock.LOCK_KEY: {"torchset": set_entry()}}))
+    lock_file(tmp_path).write_text(yaml.safe_dump({lock.LOCK_KEY: {"torchset": set_entry()}}))
     (tmp_path / "play.yml").write_text(
         textwrap.dedent("""\
         - name: Resolve a wheel set
           hosts: localhost
           connection: local
           gather_facts: false
-          vars_files: [lock.yml]
           tasks:
             - name: Resolve
               ansible.builtin.include_role:
