@@ -63,10 +63,11 @@ bench: setup
 # efa-reduced image, compiles libfabric and Open MPI, and every later build
 # takes them from the build cache. That lane goes on with that image's tests
 # and push, the reduced SageMaker image that extends it (the same inputs, so the
-# efa-reduced image is reused by fingerprint), then mpi_ssh and the efa role's
-# package refusal. The second runs what needs no compiled component (artifact,
-# common, the Debian 13 distro profile, Packer run by hand, interrupted builds,
-# metis, pytorch), then waits until the first lane has stored Open MPI in the
+# efa-reduced image is reused by fingerprint), then mpi_ssh and efa/default,
+# which takes libfabric from the cache. The second runs what needs no compiled
+# component (artifact, common, the Debian 13 distro profile, Packer run by hand,
+# interrupted builds, metis, pytorch, the efa role's package refusal), then
+# waits until the first lane has stored Open MPI in the
 # build cache (scripts/wait-for-build-cache) and runs the scenarios that take it
 # from there, sagemaker_training first: it compiles the sdists (mpi4py against
 # that Open MPI) before the SageMaker image gets to them, and the image takes
@@ -77,11 +78,11 @@ bench: setup
 # synchronised: both lanes' lines interleave as they come, so long steps show
 # progress.
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py tests/image/test_sagemaker_image.py
-BUILD_SCENARIOS := mpi_ssh efa/package_refused aws_ofi_nccl nccl/source
+BUILD_SCENARIOS := mpi_ssh efa/default aws_ofi_nccl nccl/source
 CHECK_SCENARIOS := artifact common
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
-CHECK_LATE_SCENARIOS := metis pytorch smdistributed
-CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training nccl/default rmm efa/default openmpi
+CHECK_LATE_SCENARIOS := metis pytorch smdistributed efa/package_refused
+CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training nccl/default rmm openmpi
 
 # The summary comes last even when a stage failed, ending with that stage's
 # error lines: the lanes' output interleaves, and CI shows only its end.
