@@ -2,9 +2,8 @@
 RMM, PyTorch and SageMaker's training toolkit over the EFA/MPI/NCCL stack, verified,
 an MPI job across two containers of it, and SageMaker's own two-host job: `train`
 in algo-1 and algo-2 (src/efa_image/sagemaker_job.py), succeeding, failing, and
-with model-parallel parameters (the three jobs side by side, beside the module's
-other tests; a failed job's worker is ended once its ranks are gone, as SageMaker
-ends a failed job).
+with model-parallel parameters (the three jobs side by side; a failed job's worker
+is ended once its ranks are gone, as SageMaker ends a failed job).
 
 sagemaker-reduced is what reachable sources build (flavors.yml): no aws-ofi-nccl,
 nccl-tests or smdistributed, whose archives no reachable source carries. Its base
@@ -27,8 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -250,36 +248,28 @@ JOBS = {
 }
 
 
-Job = tuple[sagemaker_job.JobResult, dict[str, str]]
+@pytest.fixture(scope="module")
+def jobs(built) -> dict[str, tuple[sagemaker_job.JobResult, dict[str, str]]]:
+    """The three two-host jobs at once: each waits mostly on the toolkit's own
+    sleeps (30 s on every host after mpirun; a failed job's worker is ended once its
+    MPI daemon is gone, as SageMaker ends a failed job)."""
 
+    def start(name: str) -> tuple[sagemaker_job.JobResult, dict[str, str]]:
+        program, script, library = JOBS[name]
+        values = hyperparameters(program, library)
+        job = sagemaker_job.run_job(built["image"], values, {program: script}, len(HOSTS))
+        return job, values
 
-def start_job(image: str, name: str) -> Job:
-    program, script, library = JOBS[name]
-    values = hyperparameters(program, library)
-    return sagemaker_job.run_job(image, values, {program: script}, len(HOSTS)), values
-
-
-@pytest.fixture(scope="module", autouse=True)
-def jobs(built) -> Iterator[dict[str, Future[Job]]]:
-    """The three two-host jobs at once, started as soon as the image is built: each
-    waits mostly on the toolkit's own sleeps (30 s on every host after mpirun; a
-    failed job's worker is ended once its MPI daemon is gone, as SageMaker ends a
-    failed job), and those waits overlap the module's other tests. A test that
-    reads a job waits for it (finished)."""
-    pool = ThreadPoolExecutor(len(JOBS))
-    yield {name: pool.submit(start_job, built["image"], name) for name in JOBS}
-    pool.shutdown(wait=True)
-
-
-def finished(jobs: dict[str, Future[Job]], name: str) -> Job:
-    """The job once it ended, its ranks' and the toolkit's report lines printed."""
-    result, values = jobs[name].result()
-    print(f"--- job {name}: {result.seconds:.0f} s")
-    for host in result.hosts:
-        for line in host.log.splitlines():
-            if "sagemaker-rank" in line or "Reporting training" in line:
-                print(f"  {host.host}: {line.strip()}")
-    return result, values
+    with ThreadPoolExecutor(len(JOBS)) as pool:
+        futures = {name: pool.submit(start, name) for name in JOBS}
+        results = {name: future.result() for name, future in futures.items()}
+    for name, (result, _) in results.items():
+        print(f"--- job {name}: {result.seconds:.0f} s")
+        for host in result.hosts:
+            for line in host.log.splitlines():
+                if "sagemaker-rank" in line or "Reporting training" in line:
+                    print(f"  {host.host}: {line.strip()}")
+    return results
 
 
 def ranks_of(job: sagemaker_job.JobResult) -> list[tuple[int, int, str, str]]:
@@ -289,7 +279,7 @@ def ranks_of(job: sagemaker_job.JobResult) -> list[tuple[int, int, str, str]]:
 
 
 def test_train_runs_mpi_ranks_on_both_hosts(jobs):
-    job, values = finished(jobs, "mpi")
+    job, values = jobs["mpi"]
     assert values["sagemaker_mpi_enabled"] == "true"
     assert [h.rc for h in job.hosts] == [0, 0], job.log[-6000:]
     world = len(HOSTS) * PROCESSES
@@ -318,7 +308,7 @@ def test_train_runs_mpi_ranks_on_both_hosts(jobs):
 
 
 def test_a_failing_rank_fails_the_job_and_leaves_the_failure_file(jobs):
-    job, _ = finished(jobs, "failing")
+    job, _ = jobs["failing"]
     master = job.host(HOSTS[0])
     assert master.rc != 0, job.log[-6000:]
     failure = master.files.get("output/failure", "")
@@ -337,7 +327,7 @@ def test_a_failing_rank_fails_the_job_and_leaves_the_failure_file(jobs):
 
 
 def test_model_parallel_parameters_take_the_toolkits_model_parallel_path(jobs):
-    job, values = finished(jobs, "modelparallel")
+    job, values = jobs["modelparallel"]
     assert [h.rc for h in job.hosts] == [0, 0], job.log[-6000:]
     ranks = ranks_of(job)
     assert len(ranks) == len(HOSTS) * PROCESSES
@@ -347,5 +337,5 @@ def test_model_parallel_parameters_take_the_toolkits_model_parallel_path(jobs):
     master = job.host(HOSTS[0]).log
     # MasterRunner.run looks up smdistributed's exception classes only on that path.
     assert "No exception classes found in smdistributed.modelparallel.backend" in master
-    plain = jobs["mpi"].result()[0].host(HOSTS[0]).log
+    plain = jobs["mpi"][0].host(HOSTS[0]).log
     assert "No exception classes found in smdistributed.modelparallel" not in plain
