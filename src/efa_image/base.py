@@ -42,8 +42,8 @@ path-exclude /usr/share/locale/*
 path-include /usr/share/locale/locale.alias
 """
 
-# dpkg without an fsync per unpacked file, as in Docker's official Debian and
-# Ubuntu images (their docker-apt-speedup): a container's filesystem is thrown
+# dpkg without an fsync per unpacked file, as in Docker's official Ubuntu
+# images (their docker-apt-speedup): a container's filesystem is thrown
 # away when a build fails, so the syncs buy nothing. Measured here, the
 # toolchain's apt install (build-essential, autotools, cmake, python3-dev) in a
 # Debian 12 container: 28.8 s without it, 21.2 s with it (three runs each).
