@@ -29,8 +29,8 @@ MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch sagemaker_training
 
-.PHONY: setup image bench test checks test-inputs lint unit packer-check ci-mirror base-image second-base-image base-images \
-    molecule lane-builds lane-checks image-tests run-image-tests docs clean
+.PHONY: setup image bench test checks test-inputs lint quick-lint ansible-lint unit packer-check ci-mirror base-image \
+    second-base-image base-images molecule lane-builds lane-checks image-tests run-image-tests docs clean
 
 setup:
 	@$(STAGE) --reset
@@ -63,8 +63,8 @@ bench: setup
 # efa-reduced image, compiles libfabric and Open MPI, and every later build
 # takes them from the build cache. That lane goes on with that image's tests
 # and push, the reduced SageMaker image that extends it (the same inputs, so the
-# efa-reduced image is reused by fingerprint), then mpi_ssh and efa/default,
-# which takes libfabric from the cache. The second runs what needs no compiled
+# efa-reduced image is reused by fingerprint), then mpi_ssh. The second runs
+# what needs no compiled
 # component (artifact, common, the Debian 13 distro profile, Packer run by hand,
 # interrupted builds, metis, pytorch, the efa role's package refusal), then
 # waits until the first lane has stored Open MPI in the
@@ -72,37 +72,47 @@ bench: setup
 # from there, sagemaker_training first: it compiles the sdists (mpi4py against
 # that Open MPI) before the SageMaker image gets to them, and the image takes
 # their wheels from the cache. nccl and rmm, which need no cache, come after
-# it. The lanes are balanced by measured time. Every scenario and image test is
+# it, then openmpi and efa/default, which take libfabric from it. The lanes are
+# balanced by measured time. Every scenario and image test is
 # in one lane (tests/test_roles.py checks it); `make molecule` and `make
 # image-tests` run all of theirs one after the other. Output is not
 # synchronised: both lanes' lines interleave as they come, so long steps show
 # progress.
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py tests/image/test_sagemaker_image.py
-BUILD_SCENARIOS := mpi_ssh efa/default aws_ofi_nccl nccl/source
+BUILD_SCENARIOS := mpi_ssh aws_ofi_nccl nccl/source
 CHECK_SCENARIOS := artifact common
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
 CHECK_LATE_SCENARIOS := metis pytorch smdistributed efa/package_refused
-CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training nccl/default rmm openmpi
+CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training nccl/default rmm openmpi efa/default
 
-# The summary comes last even when a stage failed, ending with that stage's
-# error lines: the lanes' output interleaves, and CI shows only its end.
+# ansible-lint runs beside everything else at idle priority (SCHED_IDLE, `chrt
+# --idle`): it gets a core only when no other stage wants one, and both cores are
+# busy most of the run but not all of it (about 8 % idle in the lanes, more
+# while the CI mirror downloads). So its 95 CPU-seconds no longer delay the
+# lanes; its stage duration is the wall clock it spent waiting for idle CPU.
+# (Checks beside the lanes at nice 10 took a tenth of the CPU all along and made
+# the run slower; an idle-priority process takes almost nothing while others run.)
+# A lint failure fails `make test` at the end, after the lanes, with its lines in
+# the summary. The summary comes last even when a stage failed, ending with that
+# stage's error lines: the lanes' output interleaves, and CI shows only its end.
 test: setup
-	@$(MAKE) --no-print-directory -j2 checks test-inputs \
+	@$(MAKE) --no-print-directory ansible-lint LINT_PRIORITY="chrt --idle 0" & lint=$$!; \
+	    $(MAKE) --no-print-directory -j2 checks test-inputs \
 	    && $(MAKE) --no-print-directory -j2 lane-builds lane-checks; \
-	    rc=$$?; $(STAGE) --summary; exit $$rc
+	    rc=$$?; wait $$lint || rc=$$((rc ? rc : 1)); $(STAGE) --summary; exit $$rc
 
-# Side by side before the lanes: the checks take the CPU, the CI mirror and the
-# two base images (bootstrapped side by side) mostly the network and the disk,
-# then Packer's checks. Each side runs its stages in order; the sides are
-# balanced by measured time.
+# Side by side before the lanes: the quick linters, the unit tests and Packer's
+# checks take the CPU; the CI mirror and the two base images (bootstrapped side
+# by side) mostly the network and the disk. Each side runs its stages in order;
+# the sides are balanced by measured time.
 checks:
-	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory quick-lint
 	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory packer-check
 
 test-inputs:
 	@$(MAKE) --no-print-directory ci-mirror
 	@$(MAKE) --no-print-directory -j2 base-image second-base-image
-	@$(MAKE) --no-print-directory packer-check
 
 lane-builds:
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests \
@@ -116,11 +126,17 @@ lane-checks:
 	@$(STAGE) wait:build-cache $(WITH_VENV) scripts/wait-for-build-cache openmpi image-tests
 	@$(MOLECULE_ALL) $(CHECK_AFTER_OPENMPI_SCENARIOS)
 
-lint:
+lint: quick-lint
+	@$(MAKE) --no-print-directory ansible-lint
+
+quick-lint:
 	@$(STAGE) ruff $(BIN)/ruff check src tests roles plugins
 	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests roles plugins
 	@$(STAGE) yamllint $(BIN)/yamllint --strict .
-	@$(STAGE) ansible-lint $(WITH_VENV) ansible-lint --strict
+
+# LINT_PRIORITY: a command prefix (make test's `chrt --idle 0`).
+ansible-lint:
+	@$(STAGE) ansible-lint $(LINT_PRIORITY) $(WITH_VENV) ansible-lint --strict
 
 # Two workers, one per core; a file's tests stay on one worker, so a module's
 # fixture (an Ansible run on localhost) runs once.
