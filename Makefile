@@ -88,9 +88,8 @@ CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training nccl/default rmm openmpi efa
 # --idle`): it gets a core only when no other stage wants one, and both cores are
 # busy most of the run but not all of it (about 8 % idle in the lanes, more
 # while the CI mirror downloads). So its 95 CPU-seconds no longer delay the
-# lanes (measured: they started at 127 s instead of 186 s, and the run took
-# 1266.7 s instead of 1325.8 s); its stage duration is the wall clock it spent
-# waiting for idle CPU.
+# lanes (measured: they started at 127 s instead of 186 s); its stage duration
+# is the wall clock it spent waiting for idle CPU.
 # (Checks beside the lanes at nice 10 took a tenth of the CPU all along and made
 # the run slower; an idle-priority process takes almost nothing while others run.)
 # A lint failure fails `make test` at the end, after the lanes, with its lines in
