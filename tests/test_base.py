@@ -78,7 +78,11 @@ def test_prepare_rootfs_leaves_nothing_of_the_host(tmp_path):
         "etc/dpkg/dpkg.cfg.d/excludes",
         "etc/dpkg/dpkg.cfg.d/docker-apt-speedup",
         "etc/apt/apt.conf.d/docker-clean",
+        "etc/apt/apt.conf.d/docker-no-languages",
     }
+    assert (tmp_path / "etc/apt/apt.conf.d/docker-no-languages").read_text() == (
+        'Acquire::Languages "none";\n'
+    )
     assert (tmp_path / "etc/dpkg/dpkg.cfg.d/docker-apt-speedup").read_text() == "force-unsafe-io\n"
     assert "bookworm-security" in (tmp_path / "etc/apt/sources.list.d/debian.sources").read_text()
 

@@ -49,6 +49,13 @@ path-include /usr/share/locale/locale.alias
 # Debian 12 container: 28.8 s without it, 21.2 s with it (three runs each).
 DPKG_UNSAFE_IO = "force-unsafe-io\n"
 
+# No translated package descriptions in apt's lists, as in Docker's official
+# Ubuntu images (their docker-no-languages): nothing reads them, and every
+# `apt-get update` of a build fetched and indexed them. Measured here, an update
+# from empty lists: 2.6 CPU-seconds instead of 3.4 on Debian 12, 2.1-2.4 instead
+# of 2.9-3.1 on Debian 13; make test runs about 55 of them.
+APT_NO_LANGUAGES = 'Acquire::Languages "none";\n'
+
 _REMOVE_DEBS = '"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb || true"'
 APT_CLEAN_HOOK = (
     f"DPkg::Post-Invoke {{ {_REMOVE_DEBS}; }};\nAPT::Update::Post-Invoke {{ {_REMOVE_DEBS}; }};\n"
@@ -99,6 +106,7 @@ class Recipe:
             DPKG_EXCLUDES,
             DPKG_UNSAFE_IO,
             APT_CLEAN_HOOK,
+            APT_NO_LANGUAGES,
             "deb822:main contrib non-free",
         ]
         if self.parent:
@@ -247,6 +255,7 @@ def prepare_rootfs(recipe: Recipe, rootfs: Path) -> None:
     (rootfs / "etc/dpkg/dpkg.cfg.d/excludes").write_text(DPKG_EXCLUDES)
     (rootfs / "etc/dpkg/dpkg.cfg.d/docker-apt-speedup").write_text(DPKG_UNSAFE_IO)
     (rootfs / "etc/apt/apt.conf.d/docker-clean").write_text(APT_CLEAN_HOOK)
+    (rootfs / "etc/apt/apt.conf.d/docker-no-languages").write_text(APT_NO_LANGUAGES)
     for leftover in ("etc/resolv.conf", "etc/hostname"):
         (rootfs / leftover).unlink(missing_ok=True)
     for pattern in (
