@@ -63,28 +63,29 @@ bench: setup
 # efa-reduced image, compiles libfabric and Open MPI, and every later build
 # takes them from the build cache. That lane goes on with that image's tests
 # and push, the reduced SageMaker image that extends it (the same inputs, so the
-# efa-reduced image is reused by fingerprint), then mpi_ssh and efa/default
-# (libfabric from the cache). The second runs
-# what needs no compiled component (artifact, common, the Debian 13 distro
-# profile, Packer run by hand, interrupted builds, metis, pytorch, the efa
-# role's package refusal), then waits until the first lane has stored Open MPI
-# in the build cache (scripts/wait-for-build-cache) and runs the scenarios that
-# take it from there, sagemaker_training first: it compiles the sdists (mpi4py
-# against that Open MPI) before the SageMaker image gets to them, and the image
-# takes their wheels from the cache. nccl and rmm, which need no cache, come
-# after it, then openmpi, which takes libfabric from it. The lanes are balanced
-# by measured time: with efa/default last in the second lane, the first ended
-# about 70 s before it (run 20 of 2026-12-03), one core idle meanwhile. Every scenario and image test is in one
-# lane (tests/test_roles.py checks it); `make molecule` and `make image-tests`
-# run all of theirs one after the other. Output is not
-# synchronised: both lanes' lines interleave as they come, so long steps show
-# progress.
+# efa-reduced image is reused by fingerprint). The second runs what needs no
+# compiled component (artifact, common, the Debian 13 distro profile, Packer run
+# by hand, interrupted builds, metis, pytorch, the efa role's package refusal),
+# then waits until the first lane has stored Open MPI
+# in the build cache (scripts/wait-for-build-cache) and runs sagemaker_training,
+# which takes it from there: it compiles the sdists (mpi4py against that Open
+# MPI) before the SageMaker image gets to them, and the image takes their wheels
+# from the cache. Then both lanes take the remaining scenarios from one shared
+# list (openmpi and efa/default take libfabric and Open MPI from the cache;
+# nccl, rmm and mpi_ssh need none), so they end within about one scenario of
+# each other whichever lane the machine slowed more. Every scenario and image
+# test is in one lane or the shared list (tests/test_roles.py checks it); `make
+# molecule` and `make image-tests` run all of theirs one after the other. Output
+# is not synchronised: both lanes' lines interleave as they come, so long steps
+# show progress.
 BUILD_IMAGE_TESTS := tests/image/test_image_build.py tests/image/test_registry_push.py tests/image/test_sagemaker_image.py
-BUILD_SCENARIOS := mpi_ssh aws_ofi_nccl nccl/source efa/default
 CHECK_SCENARIOS := artifact common
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
 CHECK_LATE_SCENARIOS := metis pytorch smdistributed efa/package_refused
-CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training nccl/default rmm openmpi
+CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training
+# Both lanes end with this list (scripts/molecule-all --shared), longest first:
+# each scenario runs in the lane that gets to it first.
+SHARED_SCENARIOS := openmpi nccl/default rmm mpi_ssh efa/default aws_ofi_nccl nccl/source
 
 # ansible-lint runs beside everything else at idle priority (SCHED_IDLE, `chrt
 # --idle`): it gets a core only when no other stage wants one, and both cores are
@@ -119,7 +120,7 @@ test-inputs:
 lane-builds:
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests \
 	    IMAGE_BASE=$(SECOND_BASE) IMAGE_TESTS="$(BUILD_IMAGE_TESTS)"
-	@$(MOLECULE_ALL) $(BUILD_SCENARIOS)
+	@$(MOLECULE_ALL) --shared $(SHARED_SCENARIOS)
 
 lane-checks:
 	@$(MOLECULE_ALL) $(CHECK_SCENARIOS)
@@ -127,6 +128,7 @@ lane-checks:
 	@$(MOLECULE_ALL) $(CHECK_LATE_SCENARIOS)
 	@$(STAGE) wait:build-cache $(WITH_VENV) scripts/wait-for-build-cache openmpi image-tests
 	@$(MOLECULE_ALL) $(CHECK_AFTER_OPENMPI_SCENARIOS)
+	@$(MOLECULE_ALL) --shared $(SHARED_SCENARIOS)
 
 lint: quick-lint
 	@$(MAKE) --no-print-directory ansible-lint

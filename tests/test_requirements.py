@@ -37,6 +37,14 @@ def test_pyproject_pins_every_tool_exactly():
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = project["dependencies"] + project["optional-dependencies"]["test"]
+    extras = project["optional-dependencies"]
+    requirements = project["dependencies"] + extras["test"] + extras["setup"]
     assert requirements
     assert all("==" in requirement for requirement in requirements)
+
+
+def test_setup_installs_with_the_pinned_uv():
+    from efa_image import toolchain
+
+    (pin,) = toolchain.setup_requirements(ROOT)
+    assert pin.startswith("uv==")

@@ -98,10 +98,10 @@ def test_make_tests_lanes_run_every_scenario_and_image_test_once(root):
     lanes = [
         [s for spec in makefile_list(root, name) for s in sorted(expand(spec))]
         for name in (
-            "BUILD_SCENARIOS",
             "CHECK_SCENARIOS",
             "CHECK_LATE_SCENARIOS",
             "CHECK_AFTER_OPENMPI_SCENARIOS",
+            "SHARED_SCENARIOS",
         )
     ]
     assert sorted(s for lane in lanes for s in lane) == sorted(scenarios)
