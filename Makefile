@@ -66,11 +66,10 @@ bench: setup
 # efa-reduced image is reused by fingerprint). The second runs what needs no
 # compiled component (artifact, common, the Debian 13 distro profile, Packer run
 # by hand, interrupted builds, metis, pytorch, the efa role's package refusal),
-# then waits until the first lane has stored Open MPI
-# in the build cache (scripts/wait-for-build-cache) and runs sagemaker_training,
-# which takes it from there: it compiles the sdists (mpi4py against that Open
-# MPI) before the SageMaker image gets to them, and the image takes their wheels
-# from the cache. Then both lanes take the remaining scenarios from one shared
+# then waits until the first lane has stored Open MPI in the build cache
+# (scripts/wait-for-build-cache) and runs sagemaker_training, which takes it
+# from there: it compiles the sdists (mpi4py against that Open MPI) before the
+# SageMaker image gets to them, and the image takes their wheels from the cache. Then both lanes take the remaining scenarios from one shared
 # list (openmpi and efa/default take libfabric and Open MPI from the cache;
 # nccl, rmm and mpi_ssh need none), so they end within about one scenario of
 # each other whichever lane the machine slowed more. Every scenario and image
