@@ -69,10 +69,11 @@ bench: setup
 # then waits until the first lane has stored Open MPI in the build cache
 # (scripts/wait-for-build-cache) and runs sagemaker_training, which takes it
 # from there: it compiles the sdists (mpi4py against that Open MPI) before the
-# SageMaker image gets to them, and the image takes their wheels from the cache. Then both lanes take the remaining scenarios from one shared
-# list (openmpi and efa/default take libfabric and Open MPI from the cache;
-# nccl, rmm and mpi_ssh need none), so they end within about one scenario of
-# each other whichever lane the machine slowed more. Every scenario and image
+# SageMaker image gets to them, and the image takes their wheels from the cache.
+# Then both lanes take the remaining scenarios from one shared list (openmpi and
+# efa/default take libfabric and Open MPI from the cache; nccl, rmm and mpi_ssh
+# need none), so they end within about one scenario of each other whichever
+# lane the machine slowed more. Every scenario and image
 # test is in one lane or the shared list (tests/test_roles.py checks it); `make
 # molecule` and `make image-tests` run all of theirs one after the other. Output
 # is not synchronised: both lanes' lines interleave as they come, so long steps
