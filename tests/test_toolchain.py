@@ -119,3 +119,23 @@ def test_setup_as_unprivileged_user_fails_fast(world_readable_package):
     assert time.monotonic() - start < 10
     errors = [line for line in proc.stderr.splitlines() if line.startswith("efa-image: error:")]
     assert len(errors) == 1 and "must run as root" in errors[0]
+
+
+def setup_command(root: Path, *make_args: str) -> str:
+    """The interpreter `make setup` builds the virtualenv with (a dry run: nothing runs)."""
+    proc = subprocess.run(
+        ["make", "-n", "-s", "-C", str(root), "setup", *make_args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={name: value for name, value in os.environ.items() if name != "PYTHON"},
+    )
+    line = next(line for line in proc.stdout.splitlines() if "-m efa_image setup" in line)
+    return line.split("PYTHONPATH=src ", 1)[1].split(" -m efa_image", 1)[0]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason="no distribution python3 here")
+def test_setup_builds_the_virtualenv_with_the_distributions_python(root):
+    assert setup_command(root) == SYSTEM_PYTHON
+    assert setup_command(root, "PYTHON=python3.11") == "python3.11"
