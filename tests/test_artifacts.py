@@ -177,7 +177,10 @@ def test_mirror_roundtrip_directory_and_url(server, tmp_path):
     artifact = make(server.add("a", CONTENT))
     upstream = artifacts.Store(cache_dir=tmp_path / "cache1")
     root = tmp_path / "mirror"
-    assert mirror.place(upstream, artifact, root) == "copied"
+    # The cache and the mirror share a filesystem here: a hard link, not a copy.
+    assert mirror.place(upstream, artifact, root) == "linked"
+    placed = root / artifact.mirror_path()
+    assert placed.samefile(upstream.cached_path(artifact))
     assert mirror.place(upstream, artifact, root) == "present"
     mirror.write_index(root, [artifact])
     assert (root / "SHA256SUMS").read_text() == f"{artifact.sha256}  {artifact.mirror_path()}\n"
@@ -189,3 +192,24 @@ def test_mirror_roundtrip_directory_and_url(server, tmp_path):
     assert from_url.sources(offline) == [f"{server.url}/files/{artifact.mirror_path()}"]
     assert from_url.get(offline).read_bytes() == CONTENT
     assert from_url.check(offline).ok
+
+
+def test_mirror_copies_across_filesystems_and_replaces_a_tampered_file(
+    server, tmp_path, monkeypatch
+):
+    artifact = make(server.add("a", CONTENT))
+    store = artifacts.Store(cache_dir=tmp_path / "cache")
+    root = tmp_path / "mirror"
+    placed = root / artifact.mirror_path()
+    placed.parent.mkdir(parents=True)
+    placed.write_bytes(b"tampered")
+
+    def cross_device(source, target):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(mirror.os, "link", cross_device)
+    assert mirror.place(store, artifact, root) == "copied"
+    assert placed.read_bytes() == CONTENT
+    assert not placed.samefile(store.cached_path(artifact))
+    assert mirror.place(store, artifact, root) == "present"
+    assert not list(placed.parent.glob(".*.partial"))
