@@ -26,7 +26,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -248,21 +249,25 @@ JOBS = {
 }
 
 
-@pytest.fixture(scope="module")
-def jobs(built) -> dict[str, tuple[sagemaker_job.JobResult, dict[str, str]]]:
-    """The three two-host jobs at once: each waits mostly on the toolkit's own
-    sleeps (30 s on every host after mpirun; a failed job's worker is ended once its
-    MPI daemon is gone, as SageMaker ends a failed job)."""
+def start_job(image: str, name: str) -> tuple[sagemaker_job.JobResult, dict[str, str]]:
+    program, script, library = JOBS[name]
+    values = hyperparameters(program, library)
+    return sagemaker_job.run_job(image, values, {program: script}, len(HOSTS)), values
 
-    def start(name: str) -> tuple[sagemaker_job.JobResult, dict[str, str]]:
-        program, script, library = JOBS[name]
-        values = hyperparameters(program, library)
-        job = sagemaker_job.run_job(built["image"], values, {program: script}, len(HOSTS))
-        return job, values
 
+@pytest.fixture(scope="module", autouse=True)
+def started_jobs(built) -> Iterator[dict[str, Future]]:
+    """The three two-host jobs, started side by side as soon as the image is built.
+    Each waits mostly on the toolkit's own sleeps (30 s on every host after mpirun;
+    a failed job's worker is ended once its MPI daemon is gone, as SageMaker ends a
+    failed job), so the file's other tests run meanwhile instead of after them."""
     with ThreadPoolExecutor(len(JOBS)) as pool:
-        futures = {name: pool.submit(start, name) for name in JOBS}
-        results = {name: future.result() for name, future in futures.items()}
+        yield {name: pool.submit(start_job, built["image"], name) for name in JOBS}
+
+
+@pytest.fixture(scope="module")
+def jobs(started_jobs) -> dict[str, tuple[sagemaker_job.JobResult, dict[str, str]]]:
+    results = {name: future.result() for name, future in started_jobs.items()}
     for name, (result, _) in results.items():
         print(f"--- job {name}: {result.seconds:.0f} s")
         for host in result.hosts:
