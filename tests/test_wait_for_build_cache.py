@@ -1,6 +1,7 @@
 """scripts/wait-for-build-cache: make test's second lane waits for the first lane's Open MPI."""
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -40,12 +41,16 @@ def test_waits_until_this_run_stores_the_entry(tmp_path):
     subprocess.run([STAGE, "--reset"], env=env(log, cache), check=True)
     store(cache, "libfabric")
     proc = start(log, cache)
-    time.sleep(1)
-    assert proc.poll() is None, "returned although only another component is cached"
+    # Stored only once the script says it waits: on a loaded machine its start-up
+    # alone took more than a second (make test, 2026-12-03).
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    assert ready, "the script said nothing within 30 s"
+    first = proc.stdout.readline()
+    assert proc.poll() is None, "returned although only another component is cached: " + first
+    assert "waiting for openmpi from stage image-tests" in first
     store(cache, "openmpi")
     output, _ = proc.communicate(timeout=15)
     assert proc.returncode == 0
-    assert "waiting for openmpi from stage image-tests" in output
     assert "openmpi stored by this run" in output
 
 
