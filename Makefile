@@ -35,7 +35,7 @@ MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch sagemaker_training
 
-.PHONY: setup image bench test checks test-inputs lint quick-lint ansible-lint unit packer-check ci-mirror base-image \
+.PHONY: setup image bench test idle-checks checks test-inputs lint quick-lint ansible-lint unit unit-plays packer-check ci-mirror base-image \
     second-base-image base-images molecule lane-builds lane-checks image-tests run-image-tests docs clean
 
 setup:
@@ -93,35 +93,44 @@ CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training
 # each scenario runs in the lane that gets to it first.
 SHARED_SCENARIOS := openmpi nccl/default rmm mpi_ssh efa/default aws_ofi_nccl nccl/source
 
-# ansible-lint runs beside everything else at idle priority (SCHED_IDLE, `chrt
-# --idle`): it gets a core only when no other stage wants one, and both cores are
-# busy most of the run but not all of it (about 8 % idle in the lanes, more
-# while the CI mirror downloads). So its 95 CPU-seconds no longer delay the
-# lanes (measured: they started at 127 s instead of 186 s); its stage duration
-# is the wall clock it spent waiting for idle CPU.
+# The checks that need no particular moment run beside everything else at idle
+# priority (SCHED_IDLE, `chrt --idle 0`): ansible-lint, the unit tests that run
+# Ansible plays on localhost (tests/localplay.py; marked `plays` by
+# tests/conftest.py) and Packer's checks. An idle-priority process gets a core
+# only when no other stage wants one, and both cores are busy most of the run but
+# not all of it (about 6 % idle in the lanes, more while the CI mirror downloads).
+# So their CPU (ansible-lint 95 s, the plays about 57 s, Packer 12 s) no longer
+# delays the lanes: they fill the moments when both cores would otherwise wait.
 # (Checks beside the lanes at nice 10 took a tenth of the CPU all along and made
 # the run slower; an idle-priority process takes almost nothing while others run.)
-# A lint failure fails `make test` at the end, after the lanes, with its lines in
-# the summary. The summary comes last even when a stage failed, ending with that
-# stage's error lines: the lanes' output interleaves, and CI shows only its end.
+# The plays run under Ansible's own linear strategy there: Mitogen's connection
+# times out when its interpreter does not answer within seconds, which a starved
+# one may not. The unit tests that measure time (timeouts, waits) stay in
+# `checks`, at normal priority. A failure among the idle checks fails `make
+# test` at the end, after the lanes, with its lines in the summary; `-k` runs
+# the other idle checks anyway. The summary comes last even when a stage failed,
+# ending with that stage's error lines: the lanes' output interleaves, and CI
+# shows only its end.
 test: setup
-	@$(MAKE) --no-print-directory ansible-lint LINT_PRIORITY="chrt --idle 0" & lint=$$!; \
+	@chrt --idle 0 $(MAKE) --no-print-directory -k idle-checks & idle=$$!; \
 	    $(MAKE) --no-print-directory -j2 checks test-inputs \
 	    && $(MAKE) --no-print-directory -j2 lane-builds lane-checks; \
-	    rc=$$?; wait $$lint || rc=$$((rc ? rc : 1)); $(STAGE) --summary; exit $$rc
+	    rc=$$?; wait $$idle || rc=$$((rc ? rc : 1)); $(STAGE) --summary; exit $$rc
 
-# Side by side before the lanes: the quick linters, the unit tests and Packer's
-# checks take the CPU; the CI mirror and the two base images (bootstrapped side
-# by side) mostly the network and the disk. Each side runs its stages in order;
-# the sides are balanced by measured time.
+# In this order, one at a time (make test runs them at idle priority).
+idle-checks: ansible-lint unit-plays packer-check
+
+# Side by side before the lanes: the quick linters and the unit tests that run no
+# plays (about 20 s) take the CPU; the CI mirror and the two base images, all
+# three side by side, mostly the network and the disk. The lanes wait for the
+# inputs, so those no longer wait for each other (the mirror came first while
+# the unit tests' plays ran here too).
 checks:
 	@$(MAKE) --no-print-directory quick-lint
-	@$(MAKE) --no-print-directory unit
-	@$(MAKE) --no-print-directory packer-check
+	@$(MAKE) --no-print-directory unit UNIT_SELECT='-m "not plays"'
 
 test-inputs:
-	@$(MAKE) --no-print-directory ci-mirror
-	@$(MAKE) --no-print-directory -j2 base-image second-base-image
+	@$(MAKE) --no-print-directory -j3 ci-mirror base-image second-base-image
 
 lane-builds:
 	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests \
@@ -144,14 +153,20 @@ quick-lint:
 	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests roles plugins
 	@$(STAGE) yamllint $(BIN)/yamllint --strict .
 
-# LINT_PRIORITY: a command prefix (make test's `chrt --idle 0`).
 ansible-lint:
-	@$(STAGE) ansible-lint $(LINT_PRIORITY) $(WITH_VENV) ansible-lint --strict
+	@$(STAGE) ansible-lint $(WITH_VENV) ansible-lint --strict
 
 # Two workers, one per core; a file's tests stay on one worker, so a module's
-# fixture (an Ansible run on localhost) runs once.
+# fixture (an Ansible run on localhost) runs once. UNIT_SELECT: pytest options
+# that pick some of them (make test's `-m "not plays"`).
 unit:
-	@$(STAGE) --pytest pytest $(BIN)/pytest -n 2 --dist loadfile
+	@$(STAGE) --pytest pytest $(BIN)/pytest -n 2 --dist loadfile $(UNIT_SELECT)
+
+# The unit tests that run Ansible plays on localhost, under Ansible's linear
+# strategy (make test runs them at idle priority: see there).
+unit-plays:
+	@$(STAGE) --pytest pytest:plays env EFA_IMAGE_ANSIBLE_STRATEGY=linear \
+	    $(BIN)/pytest -n 2 --dist loadfile -m plays
 
 packer-check:
 	@$(STAGE) packer $(WITH_VENV) scripts/packer-check

@@ -16,12 +16,25 @@ def runs_a_play(item: pytest.Item) -> bool:
     return getattr(getattr(item, "module", None), "run_playbook", None) is run_playbook
 
 
+def waits_for_a_core(item: pytest.Item) -> bool:
+    """Its plays have no deadline: a module sets PLAYS_HAVE_A_DEADLINE when they do."""
+    module = getattr(item, "module", None)
+    return runs_a_play(item) and not getattr(module, "PLAYS_HAVE_A_DEADLINE", False)
+
+
+# First, so that -m sees the marker.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules that run Ansible plays on localhost (tests/localplay.py) go first.
+    """The modules that run Ansible plays on localhost (tests/localplay.py) go first,
+    and those whose plays may wait for a core are marked `plays`: make test runs
+    them apart, at idle priority.
 
     Their module fixtures take seconds to tens of seconds, and make test's
     pytest-xdist (--dist loadfile) hands out whole files in collection order: the
     slowest two, alphabetically among the last, then ran alone on one worker while
     the other had nothing left. The order within each group is kept.
     """
+    for item in items:
+        if waits_for_a_core(item):
+            item.add_marker(pytest.mark.plays)
     items.sort(key=lambda item: not runs_a_play(item))

@@ -15,32 +15,33 @@ NCCL = LOCK.get("nccl_wheel")
 VENV = "/opt/efa-image/venv"
 PYTHON = f"{VENV}/bin/python"
 IMAGE_NCCL = "/opt/nccl/lib/libnccl.so.2"
-# Every libnccl file the process maps once torch is imported, with its ncclGetVersion.
-MAPPED = (
+# One import of torch (seconds each) for every test that asks it something: its
+# version and CUDA, its directory, and every libnccl file the process maps once
+# torch is imported, with its ncclGetVersion.
+TORCH_FACTS = (
     "import ctypes, json, os, torch\n"
     "paths = sorted({os.path.realpath(l.split()[-1]) for l in open('/proc/self/maps')"
     " if l.split()[-1].startswith('/') and '/libnccl' in l.split()[-1]})\n"
     "def code(p):\n"
     "    v = ctypes.c_int(); ctypes.CDLL(p).ncclGetVersion(ctypes.byref(v)); return v.value\n"
-    "print(json.dumps({p: code(p) for p in paths}))\n"
+    "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda,\n"
+    "    'dir': os.path.dirname(torch.__file__), 'mapped': {p: code(p) for p in paths}}))\n"
 )
 
 
-def python(host, script):
-    return host.check_output(f"{PYTHON} -c {shlex.quote(script)}")
+@pytest.fixture(scope="module")
+def torch_facts(host):
+    return json.loads(host.check_output(f"{PYTHON} -c {shlex.quote(TORCH_FACTS)}"))
 
 
-def test_torch_is_the_pinned_release_for_cuda_12_4(host):
-    version, cuda = python(
-        host, "import torch; print(torch.__version__, torch.version.cuda)"
-    ).split()
-    assert version.split("+")[0] == TORCH.version
-    assert cuda == "12.4"
+def test_torch_is_the_pinned_release_for_cuda_12_4(torch_facts):
+    assert torch_facts["version"].split("+")[0] == TORCH.version
+    assert torch_facts["cuda"] == "12.4"
 
 
-def test_torch_maps_exactly_the_images_nccl(host):
+def test_torch_maps_exactly_the_images_nccl(torch_facts):
     """No second libnccl: PyTorch, the plugin and nccl-tests share the nccl role's."""
-    mapped = json.loads(python(host, MAPPED))
+    mapped = torch_facts["mapped"]
     code = mapped.get(IMAGE_NCCL)
     assert list(mapped) == [IMAGE_NCCL]
     assert f"{code // 10000}.{code % 10000 // 100}.{code % 100}" == NCCL.version
@@ -63,8 +64,8 @@ def test_the_environment_holds_every_locked_wheel(host):
 
 
 @pytest.mark.parametrize("library", ["libtorch_cuda.so", "libtorch_python.so", "libc10_cuda.so"])
-def test_torch_libraries_resolve(host, library):
-    lib = python(host, "import os, torch; print(os.path.dirname(torch.__file__))") + "/lib"
+def test_torch_libraries_resolve(host, torch_facts, library):
+    lib = torch_facts["dir"] + "/lib"
     ldd = host.check_output(f"ldd {lib}/{library}")
     assert "not found" not in ldd
     if library == "libtorch_cuda.so":
