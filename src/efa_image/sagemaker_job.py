@@ -33,6 +33,15 @@ LABEL = "org.efa-image.test=sagemaker-job"
 DAEMON_GONE = "Orted process exited"
 # Every process's command line (images need not have ps).
 LIST_PROCESSES = 'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$f"; echo; done'
+# Open MPI 5's launcher (prterun) logs this once a rank has called MPI_Abort and
+# it has ended the job; it exits a moment later. Open MPI 5.0.7's sometimes does
+# not: its main thread waits in PMIx_server_finalize for PMIx's progress thread,
+# which waits for a lock while it handles a late direct-modex reply (gdb here, 2
+# of 36 failing-rank jobs with both cores busy). The toolkit waits for prterun,
+# so the job would run until its time limit.
+ABORT_REPORTED = "has exited due to process rank"
+# How long prterun may take to exit after that report before the job counts as hung.
+ABORT_GRACE_SECONDS = 45.0
 
 
 @dataclass
@@ -51,6 +60,8 @@ class JobResult:
     hosts: list[HostResult]
     seconds: float
     left_running: list[str]
+    # The master's launcher reported an abort and then did not exit (ABORT_REPORTED).
+    launcher_hung: bool = False
 
     def host(self, name: str) -> HostResult:
         return next(h for h in self.hosts if h.host == name)
@@ -142,11 +153,15 @@ def run_job(
             for name in containers.values():
                 run_command(["docker", "start", name])
             results: list[HostResult] = []
+            hung = False
             for host, name in containers.items():
                 stopped_with = None
                 if results and results[0].rc != 0:
                     stopped_with = _end_failed(name, started, timeout)
-                rc = _wait(name, max(1.0, timeout - (time.monotonic() - started)))
+                if results:
+                    rc = _wait(name, max(1.0, timeout - (time.monotonic() - started)))
+                else:
+                    rc, hung = _wait_master(name, started + timeout)
                 # Read at once: the master ends first, a worker may wait minutes more.
                 files = _copy_out(name, root / host / "out")
                 results.append(HostResult(host, rc, _logs(name), files, stopped_with))
@@ -156,7 +171,7 @@ def run_job(
                 text=True,
                 check=False,
             ).stdout.split()
-            return JobResult(results, time.monotonic() - started, running)
+            return JobResult(results, time.monotonic() - started, running, hung)
     finally:
         subprocess.run(["docker", "rm", "-f", *containers.values()], capture_output=True)
         subprocess.run(["docker", "network", "rm", network], capture_output=True)
@@ -176,6 +191,23 @@ def _wait(name: str, seconds: float) -> int:
     except subprocess.TimeoutExpired:
         return -1
     return int(waited.stdout.strip() or -1)
+
+
+def _wait_master(name: str, deadline: float) -> tuple[int, bool]:
+    """The master's exit status, and whether its launcher hung after an abort (then it
+    is stopped, status -1): ABORT_REPORTED in its log and still running
+    ABORT_GRACE_SECONDS later."""
+    reported = None
+    while (left := deadline - time.monotonic()) > 0:
+        rc = _wait(name, min(5.0, left))
+        if rc != -1:
+            return rc, False
+        if reported is None and ABORT_REPORTED in _logs(name):
+            reported = time.monotonic()
+        if reported is not None and time.monotonic() - reported > ABORT_GRACE_SECONDS:
+            subprocess.run(["docker", "stop", "--time", "5", name], capture_output=True)
+            return -1, True
+    return -1, False
 
 
 def _end_failed(name: str, started: float, timeout: float) -> str:

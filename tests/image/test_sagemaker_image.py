@@ -250,9 +250,16 @@ JOBS = {
 
 
 def start_job(image: str, name: str) -> tuple[sagemaker_job.JobResult, dict[str, str]]:
+    """One job; once more when Open MPI 5.0.7's launcher hung after the failing rank's
+    abort (sagemaker_job.ABORT_REPORTED: an upstream PMIx deadlock, not this image's
+    doing; the README's known issues). A second hang fails the test that reads it."""
     program, script, library = JOBS[name]
     values = hyperparameters(program, library)
-    return sagemaker_job.run_job(image, values, {program: script}, len(HOSTS)), values
+    result = sagemaker_job.run_job(image, values, {program: script}, len(HOSTS))
+    if result.launcher_hung:
+        print(f"--- job {name}: prterun hung after the abort (Open MPI 5.0.7, PMIx); once more")
+        result = sagemaker_job.run_job(image, values, {program: script}, len(HOSTS))
+    return result, values
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -314,6 +321,7 @@ def test_train_runs_mpi_ranks_on_both_hosts(jobs):
 
 def test_a_failing_rank_fails_the_job_and_leaves_the_failure_file(jobs):
     job, _ = jobs["failing"]
+    assert not job.launcher_hung, "prterun hung after the abort, twice:\n" + job.log[-6000:]
     master = job.host(HOSTS[0])
     assert master.rc != 0, job.log[-6000:]
     failure = master.files.get("output/failure", "")

@@ -8,6 +8,7 @@ path, cache_path}: urls are the lock's (upstream) URLs, sources where this build
 the file from (the mirror, when one is set), path the verified file in the
 controller's cache and cache_path the same file relative to the cache.
 The name of a wheel set stands for all its files, one result each (wheelset: the set).
+With by_name=true, lookup() returns them as one mapping, keyed by each result's name.
 It uses the same code as `efa-image fetch` (the efa_image package in Ansible's
 Python environment).
 
@@ -38,9 +39,10 @@ options:
     description: Names of lock entries.
     required: true
   lock:
-    description: The lock (efa_image_artifacts).
+    description:
+      - The lock (efa_image_artifacts).
+      - Missing (null) stops the lookup, naming the file that defines it.
     type: dict
-    required: true
   overlays:
     description:
       - Files holding efa_image_artifacts_overlay, applied in order.
@@ -63,7 +65,16 @@ options:
     description: Download and verify (true), or only resolve the entries (false, no path).
     type: bool
     default: true
+  by_name:
+    description: One mapping of name to result, for lookup(), instead of a list of results.
+    type: bool
+    default: false
 """
+
+NO_LOCK = (
+    "efa_image_artifacts is not defined: run from playbooks/ (group_vars/all/versions.yml)"
+    " or load that file with vars_files."
+)
 
 
 # roles/artifact/lookup_plugins/ -> the checkout's playbooks/.
@@ -89,6 +100,8 @@ def overlay_paths(overlays: list[str]) -> list[Path]:
 class LookupModule(LookupBase):
     def run(self, terms: list[str], variables: Any = None, **kwargs: Any) -> list[dict[str, Any]]:
         self.set_options(var_options=variables, direct=kwargs)
+        if not isinstance(self.get_option("lock"), dict):
+            raise AnsibleLookupError(NO_LOCK)
         try:
             from efa_image import artifacts, lock
         except ImportError as exc:
@@ -129,4 +142,6 @@ class LookupModule(LookupBase):
                 results.append(result)
         except Exception as exc:  # efa_image errors carry the message users need
             raise AnsibleLookupError(str(exc)) from exc
+        if self.get_option("by_name"):
+            return [{result["name"]: result for result in results}]
         return results
