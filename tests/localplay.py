@@ -22,6 +22,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -61,4 +63,22 @@ def lock_file(play_dir: Path) -> Path:
     """
     path = play_dir / "group_vars" / "all" / "lock.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def localhost_play(play_dir: Path, name: str, tasks: list[dict]) -> Path:
+    """play.yml in ``play_dir``: ``tasks`` on localhost (connection local, no facts),
+    modules on the controller's Python, as the role tests' plays run."""
+    play = [
+        {
+            "name": name,
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": False,
+            "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+            "tasks": tasks,
+        }
+    ]
+    path = play_dir / "play.yml"
+    path.write_text(yaml.safe_dump(play, sort_keys=False))
     return path

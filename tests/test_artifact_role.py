@@ -10,7 +10,9 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from localplay import lock_file, run_playbook
+import yaml
+
+from localplay import localhost_play, lock_file, run_playbook
 
 GOOD = b"the real archive\n"
 
@@ -91,28 +93,19 @@ def test_wheels_are_linked_from_the_mounted_cache_once_and_missing_ones_named(tm
     assert link_from_mount(*pairs) == [f"missing {wheelhouse}/b.whl"], "an existing link is kept"
 
 
+def resolve(name: str) -> dict:
+    """A task that includes the artifact role's resolve entry point for one entry."""
+    return {
+        "name": f"Resolve {name}",
+        "ansible.builtin.include_role": {"name": "artifact", "tasks_from": "resolve"},
+        "vars": {"artifact_names": [name], "artifact_fetch": False},
+    }
+
+
 def test_resolve_without_the_lock_names_the_file_to_load(tmp_path):
     """The resolve entry point, in a play that has no lock: one task, which says
     where the lock comes from (and nothing resolved)."""
-    (tmp_path / "play.yml").write_text(
-        textwrap.dedent("""\
-        - name: Resolve without a lock
-          hosts: localhost
-          connection: local
-          gather_facts: false
-          vars:
-            ansible_python_interpreter: "{{ ansible_playbook_python }}"
-          tasks:
-            - name: Resolve libfabric
-              ansible.builtin.include_role:
-                name: artifact
-                tasks_from: resolve
-              vars:
-                artifact_names: [libfabric]
-                artifact_fetch: false
-        """)
-    )
-    proc = run_playbook(tmp_path / "play.yml")
+    proc = run_playbook(localhost_play(tmp_path, "Resolve without a lock", [resolve("libfabric")]))
     assert proc.returncode != 0
     output = " ".join(proc.stdout.split())
     assert "TASK [artifact : Resolve lock entries]" in output
@@ -120,52 +113,35 @@ def test_resolve_without_the_lock_names_the_file_to_load(tmp_path):
 
 
 def test_resolve_publishes_each_entry_by_name(tmp_path):
-    good = hashlib.sha256(GOOD).hexdigest()
-    lock_file(tmp_path).write_text(
-        textwrap.dedent(f"""\
-        efa_image_artifacts:
-          libfabric:
-            version: "2.1.0"
-            role: efa
-            filename: libfabric-{{version}}.tar.bz2
-            urls: ["https://unreachable.invalid/libfabric-{{version}}.tar.bz2"]
-            sha256: "{good}"
-          metis:
-            version: "5.1.0"
-            role: metis
-            filename: metis-{{version}}.tar.gz
-            urls: ["https://unreachable.invalid/metis-{{version}}.tar.gz"]
-            sha256: "{"0" * 64}"
-        """)
-    )
-    (tmp_path / "play.yml").write_text(
-        textwrap.dedent(f"""\
-        - name: Resolve two entries, one after the other
-          hosts: localhost
-          connection: local
-          gather_facts: false
-          vars:
-            ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
-          tasks:
-            - name: Resolve {{{{ item }}}}
-              ansible.builtin.include_role:
-                name: artifact
-                tasks_from: resolve
-              vars:
-                artifact_names: ["{{{{ item }}}}"]
-                artifact_fetch: false
-              loop: [libfabric, metis]
-            - name: Write what was published
-              ansible.builtin.copy:
-                content: "{{{{ artifact_info | to_json }}}}"
-                dest: {tmp_path / "info.json"}
-                mode: "0644"
-        """)
-    )
-    proc = run_playbook(tmp_path / "play.yml")
+    entries = {
+        "libfabric": ("2.1.0", "efa", "libfabric-{version}.tar.bz2"),
+        "metis": ("5.1.0", "metis", "metis-{version}.tar.gz"),
+    }
+    lock = {
+        name: {
+            "version": version,
+            "role": role,
+            "filename": filename,
+            "urls": [f"https://unreachable.invalid/{filename}"],
+            "sha256": hashlib.sha256(name.encode()).hexdigest(),
+        }
+        for name, (version, role, filename) in entries.items()
+    }
+    lock_file(tmp_path).write_text(yaml.safe_dump({"efa_image_artifacts": lock}))
+    info = tmp_path / "info.json"
+    write = {
+        "name": "Write what was published",
+        "ansible.builtin.copy": {
+            "content": "{{ artifact_info | to_json }}",
+            "dest": str(info),
+            "mode": "0644",
+        },
+    }
+    tasks = [resolve("libfabric"), resolve("metis"), write]
+    proc = run_playbook(localhost_play(tmp_path, "Resolve two entries", tasks))
     assert proc.returncode == 0, proc.stdout[-3000:]
-    info = json.loads((tmp_path / "info.json").read_text())
-    assert sorted(info) == ["libfabric", "metis"]
-    assert info["libfabric"]["version"] == "2.1.0"
-    assert info["metis"]["filename"] == "metis-5.1.0.tar.gz"
-    assert "path" not in info["metis"]
+    published = json.loads(info.read_text())
+    assert sorted(published) == ["libfabric", "metis"]
+    assert published["libfabric"]["version"] == "2.1.0"
+    assert published["metis"]["filename"] == "metis-5.1.0.tar.gz"
+    assert "path" not in published["metis"]
