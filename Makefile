@@ -99,8 +99,11 @@ SHARED_SCENARIOS := openmpi nccl/default rmm mpi_ssh efa/default aws_ofi_nccl nc
 # tests/conftest.py) and Packer's checks. An idle-priority process gets a core
 # only when no other stage wants one, and both cores are busy most of the run but
 # not all of it (about 6 % idle in the lanes, more while the CI mirror downloads).
-# So their CPU (ansible-lint 95 s, the plays about 57 s, Packer 12 s) no longer
-# delays the lanes: they fill the moments when both cores would otherwise wait.
+# Their CPU (ansible-lint 95 s, the plays about 57 s, Packer 12 s) fills the
+# moments when both cores would otherwise wait, and the lanes start at about 70 s
+# instead of 124 s. Measured, the whole run gained only 5 to 20 s: the stages
+# beside the idle checks (artifact, common) took about as much longer, as work
+# on one of this VM's two vCPUs slows the other's.
 # (Checks beside the lanes at nice 10 took a tenth of the CPU all along and made
 # the run slower; an idle-priority process takes almost nothing while others run.)
 # The plays run under Ansible's own linear strategy there: Mitogen's connection
