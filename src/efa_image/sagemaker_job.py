@@ -33,15 +33,27 @@ LABEL = "org.efa-image.test=sagemaker-job"
 DAEMON_GONE = "Orted process exited"
 # Every process's command line (images need not have ps).
 LIST_PROCESSES = 'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$f"; echo; done'
-# Open MPI 5's launcher (prterun) logs this once a rank has called MPI_Abort and
-# it has ended the job; it exits a moment later. Open MPI 5.0.7's sometimes does
-# not: its main thread waits in PMIx_server_finalize for PMIx's progress thread,
-# which waits for a lock while it handles a late direct-modex reply (gdb here, 2
-# of 36 failing-rank jobs with both cores busy). The toolkit waits for prterun,
-# so the job would run until its time limit.
+# Open MPI 5's launcher: it starts the ranks on its host and, through ssh, the
+# MPI daemons of the others, so while the job runs it has live children; once
+# they have all ended it exits a moment later. Open MPI 5.0.7's sometimes does
+# not, after a rank's MPI_Abort: its main thread waits in PMIx_server_finalize for
+# PMIx's progress thread, which waits for a lock while it handles a late
+# direct-modex reply (gdb here), and its ended children stay unreaped. The toolkit
+# waits for it, so the job would run until its time limit.
+LAUNCHER = "prterun"
+# How long the launcher may outlive its last child before the job counts as hung.
+# Here, failing-rank jobs three at once with both cores busy: in 24 polled every
+# second, each launcher that exited did so within one poll of its last child, and
+# the one that hung had not even reported the abort; in 35 more with this check,
+# 2 hung that way and were stopped, none that would have ended.
+LAUNCHER_ORPHANED_SECONDS = 15.0
+# What the launcher logs once a rank has called MPI_Abort and it has ended the job,
+# and how long it may run on after that. One of those 35 jobs hung with a child
+# still alive, which only this catches (where the report was logged).
 ABORT_REPORTED = "has exited due to process rank"
-# How long prterun may take to exit after that report before the job counts as hung.
 ABORT_GRACE_SECONDS = 45.0
+# Every process's /proc/PID/stat line: PID (COMM) STATE PPID ... (images need not have ps).
+READ_PROCESS_STATES = 'for f in /proc/[0-9]*/stat; do cat "$f" 2>/dev/null; echo; done'
 
 
 @dataclass
@@ -60,7 +72,7 @@ class JobResult:
     hosts: list[HostResult]
     seconds: float
     left_running: list[str]
-    # The master's launcher reported an abort and then did not exit (ABORT_REPORTED).
+    # The master's launcher hung after an abort and was stopped (_wait_master).
     launcher_hung: bool = False
 
     def host(self, name: str) -> HostResult:
@@ -194,20 +206,59 @@ def _wait(name: str, seconds: float) -> int:
 
 
 def _wait_master(name: str, deadline: float) -> tuple[int, bool]:
-    """The master's exit status, and whether its launcher hung after an abort (then it
-    is stopped, status -1): ABORT_REPORTED in its log and still running
-    ABORT_GRACE_SECONDS later."""
-    reported = None
+    """The master's exit status, and whether its launcher hung (then the master is
+    stopped, status -1): it had children and has outlived them all by
+    LAUNCHER_ORPHANED_SECONDS, or it still runs ABORT_GRACE_SECONDS after ABORT_REPORTED."""
+    launched = False
+    orphaned_since: float | None = None
+    reported: float | None = None
     while (left := deadline - time.monotonic()) > 0:
-        rc = _wait(name, min(5.0, left))
+        rc = _wait(name, min(3.0, left))
         if rc != -1:
             return rc, False
+        now = time.monotonic()
         if reported is None and ABORT_REPORTED in _logs(name):
-            reported = time.monotonic()
-        if reported is not None and time.monotonic() - reported > ABORT_GRACE_SECONDS:
+            reported = now
+        children = _launcher_children(name)
+        launched = launched or bool(children)
+        if not (launched and children == 0):
+            orphaned_since = None
+        elif orphaned_since is None:
+            orphaned_since = now
+        orphaned = orphaned_since is not None and now - orphaned_since > LAUNCHER_ORPHANED_SECONDS
+        if orphaned or (reported is not None and now - reported > ABORT_GRACE_SECONDS):
             subprocess.run(["docker", "stop", "--time", "5", name], capture_output=True)
             return -1, True
     return -1, False
+
+
+def _shell_output(name: str, script: str) -> str:
+    """What a shell script run in the container printed (nothing once it has ended)."""
+    return subprocess.run(
+        ["docker", "exec", name, "sh", "-c", script], capture_output=True, text=True, check=False
+    ).stdout
+
+
+def _launcher_children(name: str) -> int | None:
+    """How many live (not zombie) children the container's launcher has; None when
+    no launcher runs there."""
+    return count_launcher_children(_shell_output(name, READ_PROCESS_STATES))
+
+
+def count_launcher_children(stat_lines: str) -> int | None:
+    """From /proc/PID/stat lines: the launcher's live children, None without a launcher."""
+    processes = []
+    for line in stat_lines.splitlines():
+        if ")" not in line:
+            continue
+        pid, _, rest = line.partition(" (")
+        comm, _, fields = rest.rpartition(") ")
+        state, ppid = fields.split()[:2]
+        processes.append((int(pid), comm, state, int(ppid)))
+    launchers = {pid for pid, comm, _, _ in processes if comm == LAUNCHER}
+    if not launchers:
+        return None
+    return sum(1 for _, _, state, ppid in processes if ppid in launchers and state != "Z")
 
 
 def _end_failed(name: str, started: float, timeout: float) -> str:
@@ -216,11 +267,6 @@ def _end_failed(name: str, started: float, timeout: float) -> str:
     while DAEMON_GONE not in _logs(name) and time.monotonic() - started < timeout:
         if _wait(name, 2.0) != -1:
             break
-    processes = subprocess.run(
-        ["docker", "exec", name, "sh", "-c", LIST_PROCESSES],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
+    processes = _shell_output(name, LIST_PROCESSES)
     subprocess.run(["docker", "stop", "--time", "5", name], capture_output=True, check=False)
     return processes

@@ -251,7 +251,7 @@ JOBS = {
 
 def start_job(image: str, name: str) -> tuple[sagemaker_job.JobResult, dict[str, str]]:
     """One job; once more when Open MPI 5.0.7's launcher hung after the failing rank's
-    abort (sagemaker_job.ABORT_REPORTED: an upstream PMIx deadlock, not this image's
+    abort (sagemaker_job._wait_master: an upstream PMIx deadlock, not this image's
     doing; the README's known issues). A second hang fails the test that reads it."""
     program, script, library = JOBS[name]
     values = hyperparameters(program, library)
