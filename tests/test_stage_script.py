@@ -109,3 +109,18 @@ def test_reset_removes_earlier_stage_outputs(tmp_path):
     run(log, "--reset")
     assert not (tmp_path / "stages.tsv.d").exists()
     assert run(log, "--summary").stdout == ""
+
+
+def test_summary_gives_the_machines_cpu_time_since_reset(tmp_path):
+    """All processes' CPU time (/proc/stat), at least what the stage itself burnt."""
+    log = tmp_path / "stages.tsv"
+    assert run(log, "--reset").returncode == 0
+    burn = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"
+    assert run(log, "burn", "sh", "-c", burn).returncode == 0
+    lines = run(log, "--summary").stdout.splitlines()
+    line = next(line for line in lines if line.split()[:2] == ["cpu", "busy"])
+    match = re.fullmatch(r"\s+cpu busy\s+([\d.]+)s  CPU time, (\d+) % of (\d+) cores", line)
+    assert match, line
+    busy, percent, cores = float(match[1]), int(match[2]), int(match[3])
+    wall = float(next(x for x in lines if x.split()[0] == "wall").split()[-1].rstrip("s"))
+    assert 0.05 <= busy <= wall * cores + 0.1 and 0 < percent <= 100 and cores >= 1

@@ -44,11 +44,11 @@ LAUNCHER = "prterun"
 # How long the launcher may outlive its last child before the job counts as hung.
 # Here, failing-rank jobs three at once with both cores busy: in 24 polled every
 # second, each launcher that exited did so within one poll of its last child, and
-# the one that hung had not even reported the abort; in 35 more with this check,
-# 2 hung that way and were stopped, none that would have ended.
+# the one that hung had not even reported the abort; in 73 more with this check,
+# 4 hung that way and were stopped, none that would have ended.
 LAUNCHER_ORPHANED_SECONDS = 15.0
 # What the launcher logs once a rank has called MPI_Abort and it has ended the job,
-# and how long it may run on after that. One of those 35 jobs hung with a child
+# and how long it may run on after that. One of those 73 jobs hung with a child
 # still alive, which only this catches (where the report was logged).
 ABORT_REPORTED = "has exited due to process rank"
 ABORT_GRACE_SECONDS = 45.0
