@@ -89,6 +89,8 @@ CHECK_SCENARIOS := artifact common
 CHECK_IMAGE_TESTS := tests/image/test_distro_profile.py tests/image/test_packer_direct.py tests/image/test_interrupted_build.py
 CHECK_LATE_SCENARIOS := metis pytorch smdistributed efa/package_refused
 CHECK_AFTER_OPENMPI_SCENARIOS := sagemaker_training
+# Existing hosts over SSH (host mode): takes libfabric and Open MPI from the build cache too.
+CHECK_AFTER_OPENMPI_IMAGE_TESTS := tests/image/test_hosts.py
 # Both lanes end with this list (scripts/molecule-all --shared), longest first:
 # each scenario runs in the lane that gets to it first.
 SHARED_SCENARIOS := openmpi nccl/default rmm mpi_ssh efa/default aws_ofi_nccl nccl/source
@@ -146,6 +148,7 @@ lane-checks:
 	@$(MOLECULE_ALL) $(CHECK_LATE_SCENARIOS)
 	@$(STAGE) wait:build-cache $(WITH_VENV) scripts/wait-for-build-cache openmpi image-tests
 	@$(MOLECULE_ALL) $(CHECK_AFTER_OPENMPI_SCENARIOS)
+	@$(MAKE) --no-print-directory run-image-tests IMAGE_STAGE=image-tests:hosts IMAGE_TESTS="$(CHECK_AFTER_OPENMPI_IMAGE_TESTS)"
 	@$(MOLECULE_ALL) --shared $(SHARED_SCENARIOS)
 
 lint: quick-lint

@@ -14,6 +14,15 @@ locals {
   # The project's virtualenv (make setup) holds Ansible and the efa_image
   # package its plugins import: packer build needs no activated virtualenv.
   venv_ansible_playbook = "${path.root}/../.venv/bin/ansible-playbook"
+  # Host mode (AMIs and existing hosts): what the playbook needs besides the
+  # docker builds' settings. The base it records is the source's (below).
+  host_ansible_env_vars = concat(local.ansible_env_vars, ["ANSIBLE_HOST_KEY_CHECKING=False"])
+  host_extra_arguments = concat(
+    ["--become", "--extra-vars", "efa_image_profile=${var.profile} efa_mode=host efa_image_cuda_home=${var.cuda_home}"],
+    ["--extra-vars", "efa_image_fingerprint=${var.fingerprint}"],
+    ["--extra-vars", local.artifact_vars],
+    [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
+  )
   # Docker builds: one Python interpreter in the build container for the whole
   # play (plugins/strategy/mitogen_linear.py, found through ansible.cfg).
   ansible_strategy = var.ansible_strategy != "" ? var.ansible_strategy : "mitogen_linear"
@@ -23,8 +32,8 @@ locals {
 }
 
 build {
-  description = "One playbook per flavour, for Docker images (container mode, -only=docker.image) and AMIs (host mode, -only=amazon-ebs.ami; AWS credentials needed). Name one source with -only: without it, a machine without AWS credentials fails the amazon-ebs build."
-  sources     = ["source.docker.image", "source.amazon-ebs.ami"]
+  description = "One playbook per flavour, for Docker images (container mode, -only=docker.image), AMIs (host mode, -only=amazon-ebs.ami; AWS credentials needed) and existing hosts over SSH (host mode, -only=null.host). Name one source with -only: without it, a machine without AWS credentials fails the amazon-ebs build."
+  sources     = ["source.docker.image", "source.amazon-ebs.ami", "source.null.host"]
 
   # The manifest post-processor does not create its directory (a fresh checkout
   # has no build/), and a post-processor that fails discards the image.
@@ -58,16 +67,32 @@ build {
     only = ["docker.image"]
   }
 
+  # Host mode, for AMIs and existing hosts: Ansible connects straight to the
+  # machine over SSH (no proxy) as the source's user, with the key Packer uses,
+  # and becomes root with sudo; Ansible's own strategy (Mitogen is for the docker
+  # builds). Packer's SSH communicator takes a new machine's host key on trust,
+  # and Ansible does the same here.
   provisioner "ansible" {
     command          = local.ansible_playbook
     playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
-    ansible_env_vars = local.ansible_env_vars
-    extra_arguments = concat(
-      ["--become", "--extra-vars", "efa_image_profile=${var.profile} efa_mode=host efa_image_base_image=${var.aws_source_ami_name} efa_image_cuda_home=${var.cuda_home}"],
-      ["--extra-vars", local.artifact_vars],
-      [for item in var.ansible_extra_vars : "--extra-vars=${item}"],
-    )
-    only = ["amazon-ebs.ami"]
+    use_proxy        = false
+    ansible_env_vars = local.host_ansible_env_vars
+    # The base the manifest records: the AMI's name filter, or the host's address.
+    extra_arguments = concat(local.host_extra_arguments, ["--extra-vars", jsonencode({
+      efa_image_base_image = source.type == "amazon-ebs" ? var.aws_source_ami_name : "host ${var.host_address}"
+    })])
+    only = ["amazon-ebs.ami", "null.host"]
+  }
+
+  # The last step before the AMI is registered: the playbook's verify phase,
+  # after the clean-up removed the toolchain, changes nothing and must pass.
+  provisioner "ansible" {
+    command          = local.ansible_playbook
+    playbook_file    = "${path.root}/../playbooks/${var.flavor}.yml"
+    use_proxy        = false
+    ansible_env_vars = local.host_ansible_env_vars
+    extra_arguments  = concat(local.host_extra_arguments, ["--tags", "verify"])
+    only             = ["amazon-ebs.ami", "null.host"]
   }
 
   post-processor "manifest" {

@@ -46,8 +46,8 @@ source "docker" "image" {
   )
 }
 
-# HARDWARE: only an AWS account can run this source; tests validate it and
-# exercise the playbook's host mode (efa_mode=host) paths in containers only.
+# HARDWARE: only an AWS account can run this source; `packer validate` checks
+# it, and the null source below runs its provisioners for real.
 source "amazon-ebs" "ami" {
   region        = var.aws_region
   instance_type = var.aws_instance_type
@@ -73,4 +73,16 @@ source "amazon-ebs" "ami" {
     throughput            = 250
     delete_on_termination = true
   }
+}
+
+# An existing machine over SSH: the AMI builds' provisioners (host mode, the
+# non-root default user with sudo) without the EC2 API. make test points it at
+# a Debian container with sshd that stands in for a fresh instance.
+source "null" "host" {
+  communicator         = "ssh"
+  ssh_host             = var.host_address
+  ssh_port             = var.host_ssh_port
+  ssh_username         = var.host_ssh_username
+  ssh_private_key_file = var.host_ssh_private_key_file
+  ssh_agent_auth       = var.host_ssh_private_key_file == ""
 }

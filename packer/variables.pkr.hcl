@@ -5,6 +5,7 @@
 # Build one source at a time, naming it with -only:
 #   cd packer && packer build -only=docker.image -var flavor=efa-reduced -var profile=portable .
 #   cd packer && packer build -only=amazon-ebs.ami -var profile=aws .   (AWS credentials)
+#   cd packer && packer build -only=null.host -var host_address=ADDRESS -var host_ssh_private_key_file=KEY .
 # Without -only Packer builds both sources; on a machine without AWS credentials
 # the amazon-ebs one fails ("NoCredentialProviders") and Packer exits 1 even when
 # the Docker image was committed. Packer 1.6.6 cannot choose sources from a
@@ -194,4 +195,28 @@ variable "aws_volume_size" {
     condition     = var.aws_volume_size >= 30
     error_message = "The root volume needs at least 30 GiB for CUDA, NCCL and the build trees."
   }
+}
+
+variable "host_address" {
+  type        = string
+  default     = "127.0.0.1"
+  description = "Existing-host builds (-only=null.host): the address of the host, reached over SSH."
+}
+
+variable "host_ssh_port" {
+  type        = number
+  default     = 22
+  description = "Existing-host builds: the SSH port."
+}
+
+variable "host_ssh_username" {
+  type        = string
+  default     = "admin"
+  description = "Existing-host builds: the user to connect as, with passwordless sudo (as an AMI's default user: admin on Debian, ubuntu on Ubuntu, ec2-user on Amazon Linux)."
+}
+
+variable "host_ssh_private_key_file" {
+  type        = string
+  default     = ""
+  description = "Existing-host builds: the private key of host_ssh_username (\"\": the SSH agent's keys)."
 }

@@ -106,7 +106,8 @@ def test_make_tests_lanes_run_every_scenario_and_image_test_once(root):
     ]
     assert sorted(s for lane in lanes for s in lane) == sorted(scenarios)
     image_tests = {str(p.relative_to(root)) for p in root.glob("tests/image/test_*.py")}
-    files = makefile_list(root, "BUILD_IMAGE_TESTS") + makefile_list(root, "CHECK_IMAGE_TESTS")
+    names = ("BUILD_IMAGE_TESTS", "CHECK_IMAGE_TESTS", "CHECK_AFTER_OPENMPI_IMAGE_TESTS")
+    files = [path for name in names for path in makefile_list(root, name)]
     assert sorted(files) == sorted(image_tests)
 
 
