@@ -222,9 +222,17 @@ def test_mpirun_across_the_hosts_as_the_user_in_a_non_interactive_shell(cluster,
     command = " ".join(argv)
     job = multihost.JobResult(names, "tcp", command, proc.returncode, output, ranks, selected)
     print(job.render())
-    print("\n".join(line for line in output.splitlines() if "rank " in line or "provider" in line))
+    # Open MPI's OFI MTL names the provider it opened, once per rank.
+    providers = [line for line in output.splitlines() if "mtl:ofi:provider: " in line]
+    print("\n".join(providers))
     assert job.ok, job.render()
     assert [rank.host for rank in job.ranks] == names
+    assert len(providers) == 2 and all(line.endswith("mtl:ofi:provider: tcp") for line in providers)
+    # What libfabric needs at run time reaches every rank (the openmpi role's mca_base_env_list).
+    probe = 'echo "$(hostname) $RDMAV_FORK_SAFE $FI_EFA_FORK_SAFE"'
+    mpirun = f"{multihost.MPIRUN} -np 2 --host {','.join(f'{n}:1' for n in names)}"
+    seen = on_host(cluster.hosts[0], cluster, f"{mpirun} sh -c '{probe}'")
+    assert sorted(seen.split("\n")[:2]) == [f"{name} 1 1" for name in names], seen
 
 
 def test_packer_host_mode_provisioners_run_over_ssh_as_the_user(cluster, provisioned, tmp_path):

@@ -69,6 +69,8 @@ def test_container_defaults_in_their_own_block(host):
     params = host.file(f"{PREFIX}/etc/openmpi-mca-params.conf").content_string
     assert "# BEGIN efa-image openmpi role: container defaults" in params
     assert "btl_tcp_if_exclude = lo,docker0" in params
+    # libfabric's fork safety in every rank, on every node (playbooks/group_vars/all/profile.yml).
+    assert "mca_base_env_list = FI_EFA_FORK_SAFE=1;RDMAV_FORK_SAFE=1" in params
 
 
 def test_record_and_no_build_tree(host):
