@@ -158,8 +158,10 @@ def test_the_readme_command_provisions_both_hosts_over_ssh(cluster, provisioned)
     # Compiled components came through the build cache, copied over SSH on a hit.
     states = CACHE_LINE.findall(provisioned.output)
     print(f"build cache: {sorted(states)}")
-    assert sorted({name for name, _ in states}) == ["libfabric", "openmpi"], states
-    assert all(state in {"hit", "miss"} for _, state in states), states
+    # NCCL's wheel goes through the same build path, never cached (test_image_build.py).
+    compiled = {(name, state) for name, state in states if name != "nccl"}
+    assert {name for name, _ in compiled} == {"libfabric", "openmpi"}, states
+    assert {state for _, state in compiled} <= {"hit", "miss"}, states
     for host in cluster.hosts:
         on_host(host, cluster, "test -x /opt/efa-image/bin/mpi_allreduce_check")
         on_host(host, cluster, "/opt/amazon/efa/bin/fi_info -p tcp | grep -q 'provider: tcp'")
