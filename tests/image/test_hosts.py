@@ -99,10 +99,10 @@ def write_inventory(path: Path, hosts: list[vmhost.Host], port: int = 22) -> Pat
     return path
 
 
-def readme_command(cluster: Cluster, *extra: str, inventory: Path | None = None) -> Run:
+def readme_command(cluster: Cluster, *extra: str, become: bool = True) -> Run:
     """The README's existing-host command, with the run's key and known_hosts file."""
-    argv = ["ansible-playbook", "-i", str(inventory or cluster.inventory), "-u", vmhost.USER]
-    argv += ["--private-key", str(cluster.key), "--become"]
+    argv = ["ansible-playbook", "-i", str(cluster.inventory), "-u", vmhost.USER]
+    argv += ["--private-key", str(cluster.key), *(["--become"] if become else [])]
     argv += ["--ssh-common-args", f"-o UserKnownHostsFile={cluster.known_hosts}"]
     argv += ["-e", f"efa_image_profile={PROFILE}", "-e", "efa_mode=host"]
     argv += [f"playbooks/{FLAVOR}.yml", *extra]
@@ -278,13 +278,14 @@ BAD_INPUTS = {
     "no-python": "has no Python 3 (python3, /usr/bin/python3, /usr/libexec/platform-python not",
     "debian11": "runs Debian 11.11, which the roles do not support: use a host or base image",
     "unreachable": "cannot be reached as admin (Failed to connect to the host via ssh",
+    "no-become": "need root, but commands on bad run as admin: add --become (with passwordless",
 }
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS)
 def test_bad_input_stops_before_any_change_with_one_line(case, tmp_path):
     key = vmhost.make_key(tmp_path)
-    variant = "" if case == "unreachable" else case
+    variant = "" if case in ("unreachable", "no-become") else case
     with vmhost.hosts(["bad"], key, variant) as hosts:
         known_hosts = tmp_path / "known_hosts"
         trust_host_keys(hosts, known_hosts)
@@ -294,7 +295,7 @@ def test_bad_input_stops_before_any_change_with_one_line(case, tmp_path):
         cluster = Cluster(hosts, key, inventory, known_hosts)
         state = "ls -a /opt /var/tmp /var/lib; dpkg -l | md5sum"
         before = on_host(hosts[0], cluster, state)
-        run = readme_command(cluster)
+        run = readme_command(cluster, become=case != "no-become")
         assert run.rc != 0, run.output[-3000:]
         lines = run.fix_lines()
         print(f"{case}: {lines[-1] if lines else run.output[-2000:]}")
