@@ -4,11 +4,8 @@ The logs in tests/data/gpu are the real H200 captures of ../shared/fixtures/gpu
 (copied unchanged; test_fixtures_are_the_shared_ones checks that): aws-ofi-nccl
 1.19.0, libfabric 2.1.0, NCCL 2.28.9, one GPU, no EFA device.
 
-No fixture holds what a host with EFA prints. Those lines are written here from
-the format strings of the versions the lock pins (NCCL v2.30.4-1, aws-ofi-nccl
-v1.19.0), each with its source file and line, filled in with what a p5 reports
-(provider efa, the RDMA protocol, GPUDirect RDMA enabled); they are derived, not
-captured.
+No fixture holds what a host with EFA prints: tests/nccl_lines.py derives those
+lines from the pinned versions' format strings, citing each.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from efa_image import nccl_log
+from nccl_lines import EFA_LINES
 
 DATA = Path(__file__).parent / "data" / "gpu"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "gpu"
@@ -102,36 +100,6 @@ def test_nothing_at_info_level():
     facts = nccl_log.parse("# nccl-tests version 2.17.6\n# Avg bus bandwidth : 0\n")
     assert not facts.seen
     assert "NCCL_DEBUG=INFO" in facts.summary()
-
-
-# What a p5 with EFA prints, derived from the pinned versions' format strings (not captured):
-EFA_LINES = "\n".join(
-    f"p5-a:101:101 [0] NCCL INFO {message}"
-    for message in (
-        # NCCL v2.30.4-1 src/init.cc:671 VERSION_STRING "NCCL version %d.%d.%d%s+cuda%d.%d"
-        "NCCL version 2.30.4+cuda12.9",
-        # NCCL v2.30.4-1 src/plugin/net/net_v11.cc:85 "NET/Plugin: Loaded net plugin %s (v11)"
-        "NET/Plugin: Loaded net plugin Libfabric (v11)",
-        # aws-ofi-nccl v1.19.0 src/nccl_ofi_net.cpp:148 "Initializing " PACKAGE_STRING
-        "NET/OFI Initializing aws-ofi-nccl 1.19.0",
-        # aws-ofi-nccl v1.19.0 src/nccl_ofi_net.cpp:193 "Plugin selected platform: %s"
-        "NET/OFI Plugin selected platform: AWS",
-        # aws-ofi-nccl v1.19.0 src/nccl_ofi_net.cpp:594
-        # "Selected provider is %s, fabric is %s (found %d nics)"
-        "NET/OFI Selected provider is efa, fabric is efa (found 32 nics)",
-        # aws-ofi-nccl v1.19.0 src/nccl_ofi_net.cpp:299 "Using transport protocol %s"
-        "NET/OFI Using transport protocol RDMA",
-        # NCCL v2.30.4-1 src/init.cc:481 "Using network %s"
-        "Using network Libfabric",
-        # NCCL v2.30.4-1 src/graph/topo.cc:1457 "NET/%s : GPU Direct RDMA %s for HCA %d '%s'"
-        "NET/Libfabric : GPU Direct RDMA Enabled for HCA 0 'rdmap79s0'",
-        # NCCL v2.30.4-1 src/transport/net.cc:321
-        # "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s"
-        "Channel 00/0 : 0[0] -> 8[0] [send] via NET/Libfabric/0/GDRDMA",
-        # NCCL v2.30.4-1 src/plugin/tuner/tuner_v3.cc:40 "TUNER/Plugin: Using %s (v3)"
-        "TUNER/Plugin: Using nccl_ofi_tuner (v3)",
-    )
-)
 
 
 def test_efa_with_gpudirect_rdma_from_format_strings():

@@ -1,6 +1,8 @@
 import json
+from pathlib import Path
 
-from efa_image import verify
+from efa_image import nccl_log, verify
+from nccl_lines import EFA_LINES
 
 VERSION = "/opt/amazon/efa/bin/fi_info: 2.1.0\nlibfabric: 2.1.0\nlibfabric api: 2.1\n"
 PROVIDERS = "efa:\n    version: 201.0\ntcp:\n    version: 201.0\nshm:\n    version: 201.0\n"
@@ -165,3 +167,84 @@ def test_installer_images_old_and_new_method_names_give_the_same_facts():
         report = verify.Report("no-device", "test")
         result = verify.verify_compat(run, report)
         assert [v.rule for v in result.violations] == ["nccl-2.19-needs-efa-installer-1.29"]
+
+
+# --perf judged on what NCCL said (efa_image.nccl_log; the logs: tests/data/gpu, and
+# the EFA lines tests/test_nccl_log.py derives from the pinned versions' format strings).
+GPU_DATA = Path(__file__).parent / "data" / "gpu"
+
+
+def perf_run(log: str, devices: str = ""):
+    return base(
+        **{
+            "ls -1 /dev/infiniband": (0, devices, ""),
+            "nvidia-smi": (0, "NVIDIA H200\n", ""),
+            "all_reduce_perf": (0, log, ""),
+        }
+    )
+
+
+def network(report: verify.Report) -> verify.Finding:
+    return next(f for f in report.findings if f.check == "NCCL network")
+
+
+def test_perf_on_the_h200_log_reports_tcp_gdr_disabled_efa_not_used():
+    report = verify.Report("no-device", "test")
+    log = (GPU_DATA / "h200-all_reduce_perf-plugin-tcp.log").read_text()
+    verify.verify_perf(perf_run(log), report, "p5e.48xlarge")
+    finding = network(report)
+    assert finding.ok is None
+    assert finding.detail.startswith("tcp provider, GDR disabled, EFA not used")
+    facts = next(f for f in report.findings if f.check == "NCCL and plugin").detail
+    for fact in ("NCCL 2.28.9 (CUDA 13.0)", "aws-ofi-nccl 1.19.0", "libfabric 2.1",
+                 "provider tcp (1 NICs), protocol SENDRECV", "network Libfabric, GDR disabled",
+                 "NCCL_PROTO simple (GDR not supported)", "tuner nccl_ofi_tuner (v3)"):  # fmt: skip
+        assert fact in facts, fact
+    assert "EFA not used" in report.render().splitlines()[-1]
+
+
+def test_perf_with_efa_devices_declared_fails_on_the_tcp_provider_and_gdr_off():
+    report = verify.Report("hardware", "test")
+    log = (GPU_DATA / "h200-all_reduce_perf-plugin-tcp.log").read_text()
+    verify.verify_perf(perf_run(log, devices="uverbs0\n"), report, "p5e.48xlarge")
+    finding = network(report)
+    assert finding.ok is False and not report.ok
+    assert "EFA devices present but aws-ofi-nccl selected the tcp provider" in finding.detail
+    assert "GDR disabled on an instance type with GPUDirect RDMA over EFA" in finding.detail
+
+
+def test_perf_with_efa_devices_fails_when_the_plugin_fell_back_to_socket():
+    """FI_PROVIDER=efa where the plugin cannot start: 0 wrong values, NCCL over Socket."""
+    report = verify.Report("hardware", "test")
+    log = (GPU_DATA / "h200-plugin-fi-provider-efa-no-device.log").read_text()
+    verify.verify_perf(perf_run(log, devices="uverbs0\n"), report, "p4d.24xlarge")
+    assert report.findings[0].ok  # all_reduce_perf itself passed
+    finding = network(report)
+    assert finding.ok is False
+    assert "NCCL used NCCL's Socket transport (the plugin failed to initialise)" in finding.detail
+
+
+def efa_log(gdr: str = "Enabled") -> str:
+    lines = EFA_LINES.replace("GPU Direct RDMA Enabled", f"GPU Direct RDMA {gdr}")
+    if gdr != "Enabled":
+        lines = lines.replace("/0/GDRDMA", "/0")
+    rows = (GPU_DATA / "h200-all_reduce_perf-plugin-tcp.log").read_text().split("#  Rank")[0]
+    return rows + lines
+
+
+def test_efa_with_gdr_on_a_gdr_instance_passes_the_network_check():
+    findings = verify.network_findings(nccl_log.parse(efa_log()), ["uverbs0"], True)
+    assert findings[0].ok is True and findings[0].detail == "aws-ofi-nccl over efa, GDR enabled"
+
+
+def test_efa_without_gdr_fails_only_where_the_type_has_it():
+    facts = nccl_log.parse(efa_log(gdr="Disabled"))
+    assert facts.provider == "efa" and facts.gdr_enabled is False
+    assert verify.network_findings(facts, ["uverbs0"], True)[0].ok is False
+    # p3dn: EFA without GPUDirect RDMA.
+    assert verify.network_findings(facts, ["uverbs0"], verify.gdr_over_efa("p3dn.24xlarge"))[0].ok
+
+
+def test_nothing_at_info_level_fails_and_names_the_switch():
+    findings = verify.network_findings(nccl_log.parse("# Avg bus bandwidth : 1\n"), [], None)
+    assert findings[0].ok is False and "NCCL_DEBUG=INFO" in findings[0].detail

@@ -102,6 +102,29 @@ class NetworkFacts:
             return self.gdr[self.network]
         return None
 
+    def describe(self) -> str:
+        """Every fact the log gave, for a report."""
+
+        def known(value: object) -> str:
+            return "?" if value is None else str(value)
+
+        parts = [
+            f"NCCL {known(self.nccl_version)} (CUDA {known(self.nccl_cuda)}), "
+            f"CUDA driver {known(self.cuda_driver)}, runtime {known(self.cuda_runtime)}",
+            f"net plugin {known(self.net_plugin)} {known(self.net_plugin_api)}"
+            + (" (failed to initialise)" if self.plugin_failed else ""),
+            f"{known(self.plugin)} {known(self.plugin_version)}, libfabric {known(self.libfabric)},"
+            f" platform {known(self.platform)}",
+            f"provider {known(self.provider)} ({known(self.nics)} NICs), protocol "
+            f"{known(self.protocol)}",
+            f"network {known(self.network)}, GDR "
+            + {True: "enabled", False: "disabled", None: "unknown"}[self.gdr_enabled],
+            f"NCCL_PROTO {self.proto_forced or 'not forced'}"
+            + (f" ({self.proto_forced_why} not supported)" if self.proto_forced_why else ""),
+            f"tuner {known(self.tuner)}",
+        ]
+        return "; ".join(parts)
+
     def summary(self) -> str:
         """One line: the network, provider, protocol and GDR, as a person asks for them."""
         if not self.seen:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from efa_image import compat, fi_info
+from efa_image import compat, fi_info, instance_types, nccl_log
 
 
 class Output(Protocol):
@@ -39,7 +39,8 @@ Run = Callable[[str], Output]
 @dataclass(frozen=True)
 class Finding:
     check: str
-    ok: bool
+    # None: a fact reported, neither passed nor failed (what this host cannot show).
+    ok: bool | None
     detail: str
 
 
@@ -51,16 +52,20 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return bool(self.findings) and all(f.ok for f in self.findings)
+        judged = [f.ok for f in self.findings if f.ok is not None]
+        return bool(judged) and all(judged)
 
-    def add(self, check: str, ok: bool, detail: str) -> None:
+    def add(self, check: str, ok: bool | None, detail: str) -> None:
         self.findings.append(Finding(check, ok, detail))
 
     def render(self) -> str:
         lines = [f"EFA verification, mode {self.mode}: {self.reason}"]
+        marks = {True: "ok  ", False: "FAIL", None: "note"}
         for finding in self.findings:
-            lines.append(f"  {'ok  ' if finding.ok else 'FAIL'} {finding.check}: {finding.detail}")
-        lines.append("result: " + ("passed" if self.ok else "FAILED"))
+            lines.append(f"  {marks[finding.ok]} {finding.check}: {finding.detail}")
+        notes = [f.detail.split(" (", 1)[0] for f in self.findings if f.ok is None]
+        result = "passed" if self.ok else "FAILED"
+        lines.append(f"result: {result}" + (f"; {'; '.join(notes)}" if notes else ""))
         return "\n".join(lines)
 
     def to_json(self) -> str:
@@ -216,6 +221,60 @@ def verify_compat(run: Run, report: Report) -> compat.Check:
     return result
 
 
+# INIT and NET name the plugin, provider, protocol and GPUDirect RDMA; ENV what was forced.
+NCCL_DEBUG = "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV"
+
+
+def gdr_over_efa(instance_type: str) -> bool | None:
+    """Whether the instance type has GPUDirect RDMA over EFA (None: not in the table)."""
+    try:
+        return instance_types.instance_type(instance_type).gpudirect_rdma
+    except instance_types.InstanceTypeError:
+        return None
+
+
+def network_findings(
+    facts: nccl_log.NetworkFacts, devices: list[str], gdr_expected: bool | None
+) -> list[Finding]:
+    """What carried NCCL's traffic, judged against the hardware.
+
+    With EFA devices, anything but aws-ofi-nccl over the efa provider fails (the tcp
+    provider and NCCL's Socket transport run too, at a fraction of the bandwidth), and
+    so does GPUDirect RDMA off on a type that has it. Without devices nothing can use
+    EFA: the report says what was used, as a note, never as a pass.
+    """
+    check = "NCCL network"
+    if not facts.seen:
+        return [
+            Finding(
+                check,
+                False,
+                f"NCCL printed nothing at INFO level: run with {NCCL_DEBUG} to see its network",
+            )
+        ]
+    described = Finding("NCCL and plugin", None, facts.describe())
+    gdr = {True: "GDR enabled", False: "GDR disabled", None: "GDR unknown"}[facts.gdr_enabled]
+    used = (
+        f"{facts.provider or 'unknown'} provider"
+        if facts.uses_plugin
+        else f"NCCL's {facts.network or 'unknown'} transport"
+    )
+    if not devices:
+        note = f"{used}, {gdr}, EFA not used (no /dev/infiniband/uverbs* here)"
+        return [Finding(check, None, note), described]
+    problems = []
+    if not facts.uses_plugin:
+        why = "the plugin failed to initialise" if facts.plugin_failed else "no aws-ofi-nccl"
+        problems.append(f"EFA devices present but NCCL used {used} ({why})")
+    elif facts.provider != "efa":
+        problems.append(f"EFA devices present but aws-ofi-nccl selected the {used}")
+    if gdr_expected and facts.gdr_enabled is not True:
+        problems.append(f"{gdr} on an instance type with GPUDirect RDMA over EFA")
+    if problems:
+        return [Finding(check, False, "; ".join(problems)), described]
+    return [Finding(check, True, f"aws-ofi-nccl over efa, {gdr}"), described]
+
+
 def gpu_count(run: Run) -> int:
     found = run("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null")
     return len([line for line in found.stdout.splitlines() if line.strip()]) if found.rc == 0 else 0
@@ -230,8 +289,8 @@ def verify_perf(
 ) -> object:
     """HARDWARE: all_reduce_perf on every GPU of this host, bus bandwidth against a floor.
 
-    NCCL_DEBUG=INFO makes NCCL name the network plugin it loaded; the report says
-    whether that was aws-ofi-nccl. Without a GPU the check fails and says why.
+    NCCL_DEBUG=INFO makes NCCL and the plugin say what carried the traffic
+    (network_findings judges it). Without a GPU the check fails and says why.
     """
     from efa_image import nccl_tests  # imports Finding from here
 
@@ -239,7 +298,7 @@ def verify_perf(
     if not gpus:
         report.add("nccl-tests", False, "no GPU visible (nvidia-smi): --perf needs a GPU host")
         return None
-    command = f"NCCL_DEBUG=INFO all_reduce_perf -b 8 -e {shlex.quote(max_bytes)} -f 2 -g {gpus}"
+    command = f"{NCCL_DEBUG} all_reduce_perf -b 8 -e {shlex.quote(max_bytes)} -f 2 -g {gpus}"
     output = run(command)
     text = output.stdout + output.stderr
     try:
@@ -253,11 +312,8 @@ def verify_perf(
         f"all_reduce_perf on {gpus} GPUs: {len(result.rows)} sizes, out of bounds "
         f"{result.out_of_bounds}, avg busbw {result.avg_busbw}",
     )
-    plugin = [line for line in text.splitlines() if "NET/OFI" in line or "NET/Plugin" in line]
-    report.add(
-        "NCCL net plugin",
-        any("NET/OFI" in line for line in plugin),
-        plugin[0].strip() if plugin else "NCCL_DEBUG=INFO names no network plugin",
+    report.findings.extend(
+        network_findings(nccl_log.parse(text), efa_devices(run), gdr_over_efa(instance_type))
     )
     thresholds = {instance_type: threshold} if threshold is not None else None
     report.findings.append(nccl_tests.check_bandwidth(result, instance_type, thresholds, nodes=1))
