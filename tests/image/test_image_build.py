@@ -162,3 +162,23 @@ def test_tags_verify_rechecks_a_running_container_without_changing_it(built):
         assert failed_at.startswith("efa : "), broken.stdout[-3000:]
     finally:
         subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=False)
+
+
+def test_verify_errors_are_one_line_naming_the_fix(built):
+    """What a user gets wrong first: each stops with one line, before any check runs."""
+    base = os.environ.get("EFA_IMAGE_BASE", "efa-image/base:debian13")
+    cases = {
+        ("--image", "nosuch:latest"): "no image nosuch:latest here, and it could not be pulled",
+        ("--image", base): f"{base} has no /opt/efa-image/manifest.json: efa-image did not build",
+        ("--container", "nosuch"): "no running container nosuch: start one",
+        # HARDWARE: on a GPU host with the NVIDIA container toolkit this runs all_reduce_perf.
+        ("--image", built["image"], "--perf"): "--perf needs GPUs in the container",
+    }
+    for argv, expected in cases.items():
+        proc = subprocess.run(
+            [sys.executable, "-m", "efa_image", "verify", *argv], capture_output=True, text=True
+        )
+        lines = proc.stderr.strip().splitlines()
+        print(f"verify {' '.join(argv)}: {lines[-1] if lines else proc.stdout[-300:]}")
+        assert proc.returncode == 1 and len(lines) == 1, proc.stdout + proc.stderr
+        assert lines[0].startswith("efa-image: error: ") and expected in lines[0], lines
