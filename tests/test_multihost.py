@@ -4,7 +4,9 @@ OUTPUT = """\
 [efa-mpi-1:00012] mca: base: components_open: opening mtl components
 [efa-mpi-1:00012] select: initializing mtl component ofi
 [efa-mpi-1:00012] (   mtl) Selected component [ofi]
+[efa-mpi-1:00012] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
 [efa-mpi-2:00034] (   mtl) Selected component [ofi]
+[efa-mpi-2:00034] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
 rank 1 of 2 on efa-mpi-2: sum 3 expected 3
 rank 0 of 2 on efa-mpi-1: sum 3 expected 3
 """
@@ -30,6 +32,9 @@ def test_one_host_missing_a_wrong_sum_or_another_mtl_fail():
     assert not result(OUTPUT.replace("sum 3 expected", "sum 2 expected")).ok
     assert not result(OUTPUT.replace("Selected component [ofi]", "Selected component [psm2]")).ok
     assert not result(OUTPUT, rc=1).ok
+    # The OFI MTL on another provider than the one asked for (or naming none) is no pass.
+    assert not result(OUTPUT.replace("provider: tcp", "provider: shm")).ok
+    assert not result(OUTPUT.replace("mtl:ofi:provider: tcp", "")).ok
     assert "FAILED" in result(OUTPUT, rc=1).render()
 
 

@@ -188,3 +188,9 @@ def test_threshold_unknown_instance_type():
     assert "p5.48xlarge" in finding.detail
     assert "nccl_busbw.yml" in finding.detail
     assert "--threshold" in finding.detail
+
+
+def test_packaged_network_floors_are_below_the_two_node_ones():
+    floors, table = nccl_tests.load_network_floors(), nccl_tests.load_thresholds()
+    assert set(floors) == set(table)
+    assert all(0 < floors[name] < table[name][2] for name in floors)

@@ -200,7 +200,7 @@ def test_perf_on_the_h200_log_reports_tcp_gdr_disabled_efa_not_used():
                  "provider tcp (1 NICs), protocol SENDRECV", "network Libfabric, GDR disabled",
                  "NCCL_PROTO simple (GDR not supported)", "tuner nccl_ofi_tuner (v3)"):  # fmt: skip
         assert fact in facts, fact
-    assert "EFA not used" in report.render().splitlines()[-1]
+    assert "  note NCCL network: tcp provider, GDR disabled, EFA not used" in report.render()
 
 
 def test_perf_with_efa_devices_declared_fails_on_the_tcp_provider_and_gdr_off():
@@ -248,3 +248,23 @@ def test_efa_without_gdr_fails_only_where_the_type_has_it():
 def test_nothing_at_info_level_fails_and_names_the_switch():
     findings = verify.network_findings(nccl_log.parse("# Avg bus bandwidth : 1\n"), [], None)
     assert findings[0].ok is False and "NCCL_DEBUG=INFO" in findings[0].detail
+
+
+def test_perf_on_two_gpus_also_forces_the_network_and_judges_that_run():
+    """NVLink first (the nodes_1 floor), then P2P, SHM and NVLS off: the net plugin carries
+    the traffic (the network_1 floor) and decides the network verdict."""
+    nvlink = (GPU_DATA / "h200-all_reduce_perf-plugin-tcp.log").read_text()
+    rows = "\n".join(line for line in nvlink.splitlines() if " NCCL " not in line)
+    responses = {
+        "ls -1 /dev/infiniband": (0, "uverbs0\n", ""),
+        "nvidia-smi": (0, "NVIDIA H100\nNVIDIA H100\n", ""),
+        "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0": (0, rows + EFA_LINES, ""),
+        "all_reduce_perf": (0, nvlink, ""),
+    }
+    report = verify.Report("hardware", "test")
+    verify.verify_perf(fake(responses), report, "p5.48xlarge")
+    checks = {f.check: f for f in report.findings}
+    assert checks["nccl-tests"].ok and checks["nccl-tests through the network"].ok
+    assert checks["NCCL network"].ok, checks["NCCL network"]
+    network = checks["nccl busbw through the network"]
+    assert not network.ok and "floor 100 GB/s for p5.48xlarge on one node" in network.detail

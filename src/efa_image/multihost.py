@@ -27,6 +27,8 @@ MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 CHECK = "/opt/efa-image/bin/mpi_allreduce_check"
 RANK_LINE = re.compile(r"^rank (\d+) of (\d+) on (\S+): sum (-?\d+) expected (-?\d+)$")
 SELECTED_OFI = re.compile(r"\(\s*mtl\) Selected component \[ofi\]")
+# The OFI MTL names the libfabric provider it opened (mtl_ofi_verbose), once per rank.
+OFI_PROVIDER = re.compile(r"mtl:ofi:provider: (\S+)$", re.MULTILINE)
 LABEL = "org.efa-image.test=multihost"
 
 
@@ -50,6 +52,11 @@ class JobResult:
     ofi_selected: int = 0
 
     @property
+    def providers(self) -> list[str]:
+        """The provider each rank's OFI MTL opened."""
+        return OFI_PROVIDER.findall(self.output)
+
+    @property
     def hosts_seen(self) -> set[str]:
         return {rank.host for rank in self.ranks}
 
@@ -61,6 +68,7 @@ class JobResult:
             and all(rank.total == rank.expected for rank in self.ranks)
             and self.hosts_seen == set(self.hosts)
             and self.ofi_selected == len(self.hosts)
+            and self.providers == [self.provider] * len(self.hosts)
         )
 
     def render(self) -> str:
@@ -71,7 +79,8 @@ class JobResult:
         seen = ", ".join(sorted(self.hosts_seen)) or "none"
         lines.append(
             f"  {'ok' if self.ok else 'FAILED'}: hosts {seen}"
-            f" of {', '.join(self.hosts)}; OFI MTL selected by {self.ofi_selected} ranks;"
+            f" of {', '.join(self.hosts)}; OFI MTL selected by {self.ofi_selected} ranks,"
+            f" providers {', '.join(self.providers) or 'none named'};"
             f" mpirun exit {self.rc}"
         )
         if not self.ok:
@@ -91,7 +100,8 @@ def parse(output: str) -> tuple[list[Rank], int]:
 
 
 def mpirun_command(hosts: list[str], provider: str, mpirun: str = MPIRUN) -> list[str]:
-    """One rank per host; verbose MTL selection so the report shows the OFI MTL was used."""
+    """One rank per host; verbose MTL selection and OFI MTL, so the report shows the OFI MTL
+    was used and which provider it opened."""
     return [
         mpirun,
         "-np",
@@ -110,6 +120,9 @@ def mpirun_command(hosts: list[str], provider: str, mpirun: str = MPIRUN) -> lis
         "--mca",
         "mtl_base_verbose",
         "10",
+        "--mca",
+        "mtl_ofi_verbose",
+        "1",
         CHECK,
     ]
 

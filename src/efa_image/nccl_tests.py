@@ -172,8 +172,13 @@ def parse(text: str) -> Result:
     return result
 
 
-def load_thresholds(path: Path | str | None = None) -> dict[str, dict[int, float]]:
-    """Read {instance_type: {nodes_N: min busbw GB/s}}; the packaged table by default."""
+# One node with NCCL's P2P, SHM and NVLS off: every byte crosses the node's own NICs.
+NETWORK_KEY = "network_1"
+# What makes NCCL carry a single node's traffic through the net plugin.
+NETWORK_ONLY_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
+
+
+def _load_table(path: Path | str | None) -> tuple[dict[Any, Any], str]:
     if path is None:
         text = resources.files("efa_image").joinpath("data", DEFAULT_THRESHOLDS).read_text()
         where = f"efa_image/data/{DEFAULT_THRESHOLDS}"
@@ -185,17 +190,66 @@ def load_thresholds(path: Path | str | None = None) -> dict[str, dict[int, float
         raise EfaImageError(f"{where}: not YAML: {error}") from None
     if not isinstance(data, dict):
         raise EfaImageError(f"{where}: expected a mapping of instance type -> floors")
-    table: dict[str, dict[int, float]] = {}
     for instance, floors in data.items():
         if not isinstance(floors, dict) or not floors:
             raise EfaImageError(f"{where}: {instance}: expected {{nodes_1: GBPS, nodes_2: ...}}")
-        table[str(instance)] = {}
         for key, value in floors.items():
             nodes = str(key).removeprefix("nodes_")
-            if not nodes.isdigit() or isinstance(value, bool) or not isinstance(value, int | float):
-                raise EfaImageError(f"{where}: {instance}.{key}: expected nodes_N: number")
-            table[str(instance)][int(nodes)] = float(value)
-    return table
+            known = nodes.isdigit() or key == NETWORK_KEY
+            if not known or isinstance(value, bool) or not isinstance(value, int | float):
+                raise EfaImageError(
+                    f"{where}: {instance}.{key}: expected nodes_N: number or {NETWORK_KEY}: number"
+                )
+    return data, where
+
+
+def load_thresholds(path: Path | str | None = None) -> dict[str, dict[int, float]]:
+    """Read {instance_type: {nodes_N: min busbw GB/s}}; the packaged table by default."""
+    data, _ = _load_table(path)
+    return {
+        str(instance): {
+            int(str(key).removeprefix("nodes_")): float(value)
+            for key, value in floors.items()
+            if key != NETWORK_KEY
+        }
+        for instance, floors in data.items()
+    }
+
+
+def load_network_floors(path: Path | str | None = None) -> dict[str, float]:
+    """{instance_type: min busbw GB/s} of one node through the network (network_1)."""
+    data, _ = _load_table(path)
+    return {
+        str(instance): float(floors[NETWORK_KEY])
+        for instance, floors in data.items()
+        if NETWORK_KEY in floors
+    }
+
+
+def check_network_bandwidth(
+    result: Result, instance_type: str, floors: Mapping[str, float] | None = None
+) -> Finding:
+    """One node, NCCL's traffic forced through the net plugin (NETWORK_ONLY_ENV): the
+    busbw of the largest size against the instance's network_1 floor."""
+    table = load_network_floors() if floors is None else floors
+    check = "nccl busbw through the network"
+    largest = result.largest
+    if instance_type not in table:
+        return Finding(
+            check,
+            False,
+            f"no {NETWORK_KEY} floor for {instance_type}: add it to data/{DEFAULT_THRESHOLDS}",
+        )
+    if largest is None:
+        return Finding(check, False, "no per-size rows in the output to compare")
+    busbw, floor = largest.in_place.busbw, table[instance_type]
+    ok = busbw >= floor
+    return Finding(
+        check,
+        ok,
+        f"busbw {busbw:g} GB/s at {largest.size} B (in-place, P2P, SHM and NVLS off) "
+        f"{'>=' if ok else '<'} floor {floor:g} GB/s for {instance_type} on one node",
+    )
 
 
 def _floor(floors: float | Mapping[int, float], nodes: int) -> float | None:

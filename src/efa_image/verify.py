@@ -15,9 +15,12 @@ import json
 import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from efa_image import compat, fi_info, instance_types, nccl_log
+
+if TYPE_CHECKING:  # nccl_tests imports Finding from here
+    from efa_image.nccl_tests import Result as NcclTestsResult
 
 
 class Output(Protocol):
@@ -63,9 +66,7 @@ class Report:
         marks = {True: "ok  ", False: "FAIL", None: "note"}
         for finding in self.findings:
             lines.append(f"  {marks[finding.ok]} {finding.check}: {finding.detail}")
-        notes = [f.detail.split(" (", 1)[0] for f in self.findings if f.ok is None]
-        result = "passed" if self.ok else "FAILED"
-        lines.append(f"result: {result}" + (f"; {'; '.join(notes)}" if notes else ""))
+        lines.append("result: " + ("passed" if self.ok else "FAILED"))
         return "\n".join(lines)
 
     def to_json(self) -> str:
@@ -260,7 +261,7 @@ def network_findings(
         else f"NCCL's {facts.network or 'unknown'} transport"
     )
     if not devices:
-        note = f"{used}, {gdr}, EFA not used (no /dev/infiniband/uverbs* here)"
+        note = f"{used}, {gdr}, EFA not used (no EFA devices)"
         return [Finding(check, None, note), described]
     problems = []
     if not facts.uses_plugin:
@@ -286,11 +287,14 @@ def verify_perf(
     instance_type: str,
     threshold: float | None = None,
     max_bytes: str = "8G",
-) -> object:
-    """HARDWARE: all_reduce_perf on every GPU of this host, bus bandwidth against a floor.
+) -> NcclTestsResult | None:
+    """HARDWARE: all_reduce_perf on every GPU of this host, twice.
 
-    NCCL_DEBUG=INFO makes NCCL and the plugin say what carried the traffic
-    (network_findings judges it). Without a GPU the check fails and says why.
+    First as NCCL chooses (NVLink within the node: the nodes_1 floor), then, with two
+    or more GPUs, with P2P, SHM and NVLS off, so that NCCL's traffic goes through the
+    net plugin and the NICs even on one node (the network_1 floor). NCCL_DEBUG=INFO
+    makes NCCL and the plugin say what carried the traffic; network_findings judges
+    the run that used the network. Without a GPU the check fails and says why.
     """
     from efa_image import nccl_tests  # imports Finding from here
 
@@ -298,23 +302,44 @@ def verify_perf(
     if not gpus:
         report.add("nccl-tests", False, "no GPU visible (nvidia-smi): --perf needs a GPU host")
         return None
-    command = f"{NCCL_DEBUG} all_reduce_perf -b 8 -e {shlex.quote(max_bytes)} -f 2 -g {gpus}"
+    sizes = f"-b 8 -e {shlex.quote(max_bytes)} -f 2 -g {gpus}"
+    nvlink = _all_reduce_perf(run, report, "nccl-tests", f"{NCCL_DEBUG} all_reduce_perf {sizes}")
+    if nvlink is None:
+        return None
+    result, text = nvlink
+    thresholds = {instance_type: threshold} if threshold is not None else None
+    report.findings.append(nccl_tests.check_bandwidth(result, instance_type, thresholds, nodes=1))
+    if gpus > 1:
+        forced = " ".join(f"{k}={v}" for k, v in nccl_tests.NETWORK_ONLY_ENV.items())
+        command = f"{forced} {NCCL_DEBUG} all_reduce_perf {sizes}"
+        network = _all_reduce_perf(run, report, "nccl-tests through the network", command)
+        if network is None:
+            return result
+        report.findings.append(nccl_tests.check_network_bandwidth(network[0], instance_type))
+        text = network[1]
+    report.findings.extend(
+        network_findings(nccl_log.parse(text), efa_devices(run), gdr_over_efa(instance_type))
+    )
+    return result
+
+
+def _all_reduce_perf(
+    run: Run, report: Report, check: str, command: str
+) -> tuple[NcclTestsResult, str] | None:
+    """One all_reduce_perf run: its parsed result and output, its finding in the report."""
+    from efa_image import nccl_tests
+
     output = run(command)
     text = output.stdout + output.stderr
     try:
         result = nccl_tests.parse(text)
     except nccl_tests.ParseError as exc:
-        report.add("nccl-tests", False, f"{command}: {exc}")
+        report.add(check, False, f"{command}: {exc}")
         return None
     report.add(
-        "nccl-tests",
+        check,
         output.rc == 0 and result.ok,
-        f"all_reduce_perf on {gpus} GPUs: {len(result.rows)} sizes, out of bounds "
-        f"{result.out_of_bounds}, avg busbw {result.avg_busbw}",
+        f"all_reduce_perf on {len(result.devices)} GPUs: {len(result.rows)} sizes, out of "
+        f"bounds {result.out_of_bounds}, avg busbw {result.avg_busbw}",
     )
-    report.findings.extend(
-        network_findings(nccl_log.parse(text), efa_devices(run), gdr_over_efa(instance_type))
-    )
-    thresholds = {instance_type: threshold} if threshold is not None else None
-    report.findings.append(nccl_tests.check_bandwidth(result, instance_type, thresholds, nodes=1))
-    return result
+    return result, text

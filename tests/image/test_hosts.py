@@ -216,20 +216,24 @@ def test_mpirun_across_the_hosts_as_the_user_in_a_non_interactive_shell(cluster,
     # Nothing of ours in a non-interactive shell's environment: no PATH entry, no library path.
     environment = on_host(cluster.hosts[0], cluster, 'echo "$PATH|${LD_LIBRARY_PATH:-}"')
     assert "/opt/amazon" not in environment, environment
-    argv = multihost.mpirun_command(names, "tcp")
-    argv[-1:-1] = ["--mca", "mtl_ofi_verbose", "1"]
-    proc = vmhost.ssh(cluster.hosts[0], cluster.key, " ".join(argv))
-    output = proc.stdout + proc.stderr
-    ranks, selected = multihost.parse(output)
-    command = " ".join(argv)
-    job = multihost.JobResult(names, "tcp", command, proc.returncode, output, ranks, selected)
-    print(job.render())
-    # Open MPI's OFI MTL names the provider it opened, once per rank.
-    providers = [line for line in output.splitlines() if "mtl:ofi:provider: " in line]
-    print("\n".join(providers))
-    assert job.ok, job.render()
-    assert [rank.host for rank in job.ranks] == names
-    assert len(providers) == 2 and all(line.endswith("mtl:ofi:provider: tcp") for line in providers)
+    # The cluster check users run: each host verified over SSH, then the MPI self-check
+    # across both, mpirun started on h1 in a non-interactive shell.
+    config = cluster.key.parent / "ssh_config"
+    config.write_text(
+        "".join(f"Host {h.name}\n  HostName {h.address}\n" for h in cluster.hosts)
+        + f"Host *\n  User {vmhost.USER}\n  IdentityFile {cluster.key}\n"
+        f"  UserKnownHostsFile {cluster.known_hosts}\n"
+    )
+    argv = [sys.executable, "-m", "efa_image", "verify", "--across", ",".join(names)]
+    proc = subprocess.run([*argv, "--ssh-config", str(config)], capture_output=True, text=True)
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    for name in names:
+        assert f"{name}:\nEFA verification, mode no-device" in proc.stdout
+    assert proc.stdout.count("result: passed") == 2
+    assert "rank 0 on h1: sum 3, want 3" in proc.stdout
+    assert "rank 1 on h2: sum 3, want 3" in proc.stdout
+    assert "OFI MTL selected by 2 ranks, providers tcp, tcp; mpirun exit 0" in proc.stdout
     # What libfabric needs at run time reaches every rank (the openmpi role's mca_base_env_list).
     probe = 'echo "$(hostname) $RDMAV_FORK_SAFE $FI_EFA_FORK_SAFE"'
     mpirun = f"{multihost.MPIRUN} -np 2 --host {','.join(f'{n}:1' for n in names)}"

@@ -1,0 +1,127 @@
+"""Checks across hosts: the commands, the Slurm script and the judgement of a multi-node log.
+
+The orchestration itself runs in make test: `efa-image verify --across` over SSH
+against two provisioned hosts (tests/image/test_hosts.py, the MPI self-check in
+place of all_reduce_perf, which needs GPUs) and across two containers of an
+image (tests/image/test_image_build.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from efa_image import cluster, multihost, verify
+from nccl_lines import EFA_LINES
+
+GPU_DATA = Path(__file__).parent / "data" / "gpu"
+
+
+def test_nccl_mpirun_places_a_rank_per_gpu_and_passes_nccls_environment():
+    argv = cluster.nccl_mpirun(["h1", "h2"], 8, efa=True)
+    assert argv[:4] == [multihost.MPIRUN, "-np", "16", "--host"]
+    assert argv[4] == "h1:8,h2:8"
+    exported = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-x"]
+    assert exported == ["NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET,ENV", "FI_PROVIDER=efa"]
+    assert argv[-9:] == [cluster.NCCL_TESTS, "-b", "8", "-e", "8G", "-f", "2", "-g", "1"]
+    # Without EFA devices FI_PROVIDER=efa would make NCCL hang: never passed then.
+    assert "FI_PROVIDER=efa" not in cluster.nccl_mpirun(["h1", "h2"], 8, efa=False)
+
+
+def test_ssh_argv_names_config_key_options_and_user():
+    ssh = cluster.Ssh("admin", "/k", ("UserKnownHostsFile=/kh",), "/cfg")
+    assert ssh.argv("h1") == [
+        "ssh", "-F", "/cfg", "-o", "BatchMode=yes", "-i", "/k", "-o", "IdentitiesOnly=yes",
+        "-o", "UserKnownHostsFile=/kh", "admin@h1",
+    ]  # fmt: skip
+    assert cluster.Ssh().argv("h1") == ["ssh", "-o", "BatchMode=yes", "h1"]
+
+
+def test_enroot_form_of_image_references():
+    ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com/efa-image:efa-aws"
+    assert (
+        cluster.enroot_image(ecr)
+        == "123456789012.dkr.ecr.us-east-1.amazonaws.com#efa-image:efa-aws"
+    )
+    assert cluster.enroot_image("localhost:5000/efa:x") == "localhost:5000#efa:x"
+    assert cluster.enroot_image("nvidia/cuda:12.4.1-devel") == "nvidia/cuda:12.4.1-devel"
+
+
+def test_sbatch_script_runs_all_reduce_perf_through_pmix_in_the_image():
+    script = cluster.sbatch_script(4, 8, image="123.dkr.ecr.us-west-2.amazonaws.com/efa:x")
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for directive in ("--nodes=4", "--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive"):
+        assert f"#SBATCH {directive}" in lines, directive
+    assert "export FI_PROVIDER=efa" in lines and "export NCCL_DEBUG=INFO" in lines
+    srun = shlex.split(lines[-1])
+    assert srun[:3] == [
+        "srun",
+        "--mpi=pmix",
+        "--container-image=123.dkr.ecr.us-west-2.amazonaws.com#efa:x",
+    ]
+    assert srun[3:] == [cluster.NCCL_TESTS, "-b", "8", "-e", "8G", "-f", "2", "-g", "1"]
+    assert "efa-image verify --log" in script
+    # The script is valid bash.
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    # An AMI's hosts run the check without a container; without EFA, no FI_PROVIDER.
+    bare = cluster.sbatch_script(2, 4, efa=False)
+    assert "--container-image" not in bare and "FI_PROVIDER" not in bare
+
+
+def test_judging_a_two_node_log_uses_the_multi_node_floor_and_the_network():
+    """A log as two p5 nodes over EFA would print it: the H200 log's result rows (0 GB/s: one
+    GPU) with the derived EFA lines. The network passes, the busbw floor for 2 nodes fails."""
+    log = (GPU_DATA / "h200-all_reduce_perf-plugin-tcp.log").read_text().splitlines()
+    rows = "\n".join(line for line in log if " NCCL " not in line) + "\n"
+    report = verify.Report("log", "test")
+    cluster.judge_nccl_log(
+        report, rows + EFA_LINES, nodes=2, instance_type="p5.48xlarge", efa_devices=["uverbs0"]
+    )
+    checks = {f.check: f for f in report.findings}
+    assert checks["nccl-tests"].ok
+    assert checks["NCCL network"].ok and "GDR enabled" in checks["NCCL network"].detail
+    assert not checks["nccl busbw"].ok and "floor 200 GB/s for p5.48xlarge, 2 node(s)" in (
+        checks["nccl busbw"].detail
+    )
+
+
+def test_judging_a_log_that_holds_no_result():
+    report = verify.Report("log", "test")
+    assert (
+        cluster.judge_nccl_log(
+            report, "mpirun: bad host\n", nodes=2, instance_type="p5.48xlarge", efa_devices=[]
+        )
+        is None
+    )
+    assert not report.ok and "no nccl-tests result rows" in report.findings[0].detail
+
+
+def efa_image(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "efa_image", "verify", *argv], capture_output=True, text=True
+    )
+
+
+def test_cli_judges_the_h200_log_and_fails_where_efa_is_declared():
+    log = str(GPU_DATA / "h200-all_reduce_perf-plugin-tcp.log")
+    plain = efa_image("--log", log, "--instance-type", "p5e.48xlarge")
+    assert "note NCCL network: tcp provider, GDR disabled, EFA not used" in plain.stdout
+    declared = efa_image("--log", log, "--instance-type", "p5e.48xlarge", "--efa", "present")
+    assert declared.returncode == 1
+    assert "FAIL NCCL network: EFA devices present but aws-ofi-nccl selected the tcp" in (
+        declared.stdout
+    )
+
+
+def test_cli_prints_the_sbatch_script_and_refuses_without_a_target():
+    printed = efa_image("--sbatch", "--nodes", "2", "--image", "efa-image:efa-aws")
+    assert printed.returncode == 0 and "#SBATCH --nodes=2" in printed.stdout
+    nothing = efa_image()
+    assert nothing.returncode == 1
+    assert nothing.stderr.strip().splitlines() == [
+        "efa-image: error: name what to verify: --container NAME, --image REF, --across "
+        "HOST,HOST (hosts over SSH) or --log FILE (a saved all_reduce_perf log)"
+    ]
