@@ -361,11 +361,15 @@ def test_v3_snippet_uses_the_sdks_classes_and_refuses_smdistributed():
     snippet = distribution_snippets.render_v3(distribution.recommend(P4D, "mpi"), P4D, "mpi")
     assert "from sagemaker.train.distributed import MPI" in snippet
     assert "from sagemaker.train import ModelTrainer" in snippet
-    assert "process_count_per_node=8," in snippet
+    # SDK v3's -np is process_count_per_node: the total, spread 8 per instance.
+    assert "process_count_per_node=16,  # 2 instances x 8" in snippet
     assert (
-        'mpi_additional_options=["-x", "FI_EFA_USE_DEVICE_RDMA=1", "-x", "FI_PROVIDER=efa", '
-        '"-x", "RDMAV_FORK_SAFE=1"],' in snippet
+        'mpi_additional_options=["--map-by", "ppr:8:node", "-x", "FI_EFA_USE_DEVICE_RDMA=1", '
+        '"-x", "FI_PROVIDER=efa", "-x", "RDMAV_FORK_SAFE=1"],' in snippet
     )
+    assert "every one on algo-1" in snippet
+    single = distribution_snippets.render_v3(distribution.recommend(P4D, "mpi"), P4D, "mpi", 1)
+    assert "process_count_per_node=8,\n" in single and "ppr:" not in single
     for library in ("modelparallel", "dataparallel"):
         with pytest.raises(DistributionError, match="use --sdk v2"):
             distribution_snippets.render_v3(distribution.recommend(P4D, library), P4D, library)
@@ -535,6 +539,10 @@ def test_command_v3_check_reads_the_mpi_fields(tmp_path, capsys):
     argv = ["distribution", "--instance-type", "ml.p3.16xlarge", "--library", "mpi"]
     assert cli.main([*argv, "--sdk", "v3", "--check", str(config)]) == 1
     assert capsys.readouterr().out == (
+        "warning: SDK v3's MPI driver starts `mpirun --host algo-1:N,algo-2:N -np N` with N = "
+        "process_count_per_node: N ranks in all, every one on algo-1: on more than one instance "
+        "set process_count_per_node to instance_count x 8 and add mpi_additional_options "
+        '["--map-by", "ppr:8:node"] (efa-image distribution --sdk v3 prints it)\n'
         "error: mpi.custom_mpi_options: remove '-mca plm_rsh_num_concurrent 4': ModelTrainer's "
         "MPI driver already passes -mca plm_rsh_num_concurrent, and mpirun fails on an MCA "
         "parameter listed twice\n"
@@ -554,3 +562,18 @@ def test_command_v3_and_its_refusals(capsys):
         == 1
     )
     assert "has no EFA" in capsys.readouterr().err
+
+
+def test_the_printed_v3_config_passes_its_own_check():
+    """process_count_per_node is the total with the spread: the per-host rules see 8 per host."""
+    distributed = {
+        "class": "MPI",
+        "process_count_per_node": 16,
+        "mpi_additional_options": ["--map-by", "ppr:8:node", "-x", "FI_PROVIDER=efa"],
+    }
+    assert distribution.check_v3(distributed) == []
+    mpi = distribution.from_v3(distributed)["mpi"]
+    assert mpi["processes_per_host"] == 8
+    assert errors(distribution.check(distribution.from_v3(distributed), P4D, "mpi", sdk="v3")) == []
+    assert distribution.v3_spread(["--map-by=ppr:4:node:pe=2"]) == 4
+    assert distribution.v3_spread(["--map-by", "slot"]) is None

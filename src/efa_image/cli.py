@@ -324,10 +324,11 @@ def cmd_distribution(args: argparse.Namespace) -> None:
         )
     if args.check:
         config = dist.load_config(args.check)
+        trap = dist.check_v3(config) if args.sdk == "v3" else []
         if args.sdk == "v3":
             config = dist.from_v3(config)
         version = dist.resolve_version(args.library, args.version) if args.version else None
-        findings = dist.check(config, itype, args.library, version, args.sdk)
+        findings = trap + dist.check(config, itype, args.library, version, args.sdk)
         for finding in findings:
             print(finding.render())
         errors = sum(f.level == "error" for f in findings)
@@ -338,7 +339,7 @@ def cmd_distribution(args: argparse.Namespace) -> None:
         version = dist.resolve_version(args.library, args.version)
         config = dist.recommend(itype, args.library, version, args.processes_per_host, args.efa)
         if args.sdk == "v3":
-            print(snippets.render_v3(config, itype, args.library))
+            print(snippets.render_v3(config, itype, args.library, args.instance_count))
         else:
             print(snippets.render_v2(config, itype, args.library, version))
     if args.hyperparameters:
@@ -648,6 +649,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes-per-host", type=int, metavar="N", help="default: the instance's GPUs"
     )
     dist_cmd.add_argument("--sdk", choices=("v2", "v3"), default="v2", help="default v2")
+    dist_cmd.add_argument(
+        "--instance-count", type=int, default=2, metavar="N", help="instances (default 2)"
+    )
     dist_cmd.add_argument(
         "--efa",
         action=argparse.BooleanOptionalAction,

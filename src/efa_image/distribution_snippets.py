@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from efa_image import smdistributed
-from efa_image.distribution import DistributionError
+from efa_image.distribution import V3_TRAP, DistributionError
 from efa_image.instance_types import InstanceType
 
 
@@ -68,8 +68,11 @@ def render_v2(
     return "\n".join(lines)
 
 
-def render_v3(config: Mapping[str, Any], itype: InstanceType, library: str) -> str:
-    """The SDK v3 ModelTrainer snippet (sagemaker.train) for plain MPI."""
+def render_v3(
+    config: Mapping[str, Any], itype: InstanceType, library: str, instance_count: int = 2
+) -> str:
+    """The SDK v3 ModelTrainer snippet (sagemaker.train) for plain MPI, with the ranks
+    spread over the instances (distribution.V3_TRAP)."""
     if library != "mpi":
         reason = (
             "ModelTrainer's SMP (Torchrun(smp=SMP(...))) configures model parallel v2, and "
@@ -83,13 +86,30 @@ def render_v3(config: Mapping[str, Any], itype: InstanceType, library: str) -> s
             "distribution= dict) for this project's smdistributed builds"
         )
     mpi = config["mpi"]
+    per_host = mpi["processes_per_host"]
     options = shlex.split(mpi.get("custom_mpi_options", ""))
-    fields = [f"        process_count_per_node={mpi['processes_per_host']},"]
+    if instance_count > 1:
+        options = ["--map-by", f"ppr:{per_host}:node", *options]
+    total = per_host * instance_count
+    fields = [
+        f"        process_count_per_node={total},"
+        + (f"  # {instance_count} instances x {per_host}" if instance_count > 1 else "")
+    ]
     if options:
         fields.append(f"        mpi_additional_options={python_literal(options)},")
+    trap = (
+        [
+            f"# {V3_TRAP};",
+            f"# so process_count_per_node is the job's total and --map-by ppr:{per_host}:node "
+            f"puts {per_host} on each instance.",
+        ]
+        if instance_count > 1
+        else []
+    )
     return "\n".join(
         [
             f"# {itype.describe()}",
+            *trap,
             "# SageMaker Python SDK v3:",
             "from sagemaker.core.training.configs import Compute, SourceCode",
             "from sagemaker.train import ModelTrainer",
@@ -98,7 +118,7 @@ def render_v3(config: Mapping[str, Any], itype: InstanceType, library: str) -> s
             "trainer = ModelTrainer(",
             '    training_image="<your image in ECR>",',
             '    source_code=SourceCode(source_dir=".", entry_script="train.py"),',
-            f'    compute=Compute(instance_type="{itype.name}", instance_count=2),',
+            f'    compute=Compute(instance_type="{itype.name}", instance_count={instance_count}),',
             "    distributed=MPI(",
             *fields,
             "    ),",
