@@ -53,6 +53,8 @@ REQUIREMENTS = (
     Requirement("xz-utils", "xz"),
     # The CNCF distribution registry: the push tests serve one on loopback.
     Requirement("docker-registry", "docker-registry"),
+    # Compose: the SageMaker SDK's local-container mode runs its jobs with it (image tests).
+    Requirement("docker-compose", "docker-compose"),
     # A journaled filesystem for Docker's data root where the host's has none (dockerroot).
     Requirement("e2fsprogs", "mkfs.ext4"),
     Requirement("mount", "losetup"),

@@ -34,6 +34,7 @@ import pytest
 from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
 
 from efa_image import multihost, sagemaker_job
+from efa_image.paths import project_root
 
 FLAVOR = "sagemaker-reduced"
 BASE = "efa-image/base:debian12"
@@ -352,3 +353,99 @@ def test_model_parallel_parameters_take_the_toolkits_model_parallel_path(jobs):
     assert "No exception classes found in smdistributed.modelparallel.backend" in master
     plain = jobs["mpi"][0].host(HOSTS[0]).log
     assert "No exception classes found in smdistributed.modelparallel" not in plain
+
+
+# --- SageMaker Python SDK v3: ModelTrainer(distributed=MPI) in the SDK's local mode ---------
+
+# The SDK, pinned, in a virtualenv of its own (its dependencies are not the project's).
+SDK_V3 = "sagemaker==3.27.0"
+SDK_V3_VENV = project_root() / ".cache" / "sagemaker-sdk-v3"
+SDK_V3_JOB = Path(__file__).with_name("sdk_v3_job.py")
+SDK_V3_RANK = re.compile(r"sdk-v3 rank (\d+) of (\d+) on (\S+)")
+V3_INSTANCES, V3_PER_HOST = 2, 2
+
+
+def sdk_v3_python() -> Path:
+    python, marker = SDK_V3_VENV / "bin" / "python", SDK_V3_VENV / "efa-image-installed"
+    if not marker.is_file() or marker.read_text() != SDK_V3:
+        uv = str(Path(sys.executable).with_name("uv"))
+        subprocess.run(
+            [uv, "venv", "-q", "--python", "/usr/bin/python3", str(SDK_V3_VENV)], check=True
+        )
+        subprocess.run([uv, "pip", "install", "-q", "--python", str(python), SDK_V3], check=True)
+        marker.write_text(SDK_V3)
+    return python
+
+
+def printed_v3_config() -> dict:
+    """What `efa-image distribution --sdk v3` prints for two instances of two ranks each."""
+    argv = [sys.executable, "-m", "efa_image", "distribution", "--sdk", "v3", "--library", "mpi"]
+    argv += ["--instance-type", "ml.p4d.24xlarge", "--processes-per-host", str(V3_PER_HOST)]
+    argv += ["--instance-count", str(V3_INSTANCES), "--no-efa"]
+    snippet = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    count = re.search(r"process_count_per_node=(\d+),", snippet)
+    options = re.search(r"mpi_additional_options=(\[.*\]),", snippet)
+    assert count and options, snippet
+    return {"process_count_per_node": int(count.group(1)), "options": json.loads(options.group(1))}
+
+
+def run_v3_job(image: str, workdir: Path, count: int, options: list[str] | None) -> dict:
+    argv = [str(sdk_v3_python()), str(SDK_V3_JOB), image, str(workdir)]
+    argv += ["--instances", str(V3_INSTANCES), "--process-count-per-node", str(count)]
+    argv += ["--mpi-additional-options", json.dumps(options)] if options else []
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    ranks = sorted({(int(r), int(n), h) for r, n, h in SDK_V3_RANK.findall(output)})
+    return {"rc": proc.returncode, "output": output, "ranks": ranks}
+
+
+def run_v3_jobs(image: str, workdir: Path) -> dict:
+    """The config users write (the SDK's trap), then the printed one; one after the other:
+    both name their hosts algo-1 and algo-2 on the SDK's one compose network."""
+    printed = printed_v3_config()
+    return {
+        "naive": run_v3_job(image, workdir / "naive", V3_PER_HOST, None),
+        "printed": {
+            **run_v3_job(
+                image, workdir / "printed", printed["process_count_per_node"], printed["options"]
+            ),
+            "config": printed,
+        },
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started_v3_jobs(built, tmp_path_factory) -> Iterator[Future]:
+    """Beside the toolkit's jobs: the SDK's own driver sleeps and waits on SSH too."""
+    workdir = tmp_path_factory.mktemp("sdk-v3")
+    with ThreadPoolExecutor(1) as pool:
+        yield pool.submit(run_v3_jobs, built["image"], workdir)
+
+
+def test_sdk_v3_local_mode_runs_the_printed_mpi_config_on_both_hosts(started_v3_jobs):
+    jobs = started_v3_jobs.result()
+    naive, printed = jobs["naive"], jobs["printed"]
+    for name, job in jobs.items():
+        print(f"--- SDK v3 local mode, {name}: " + "; ".join(
+            f"rank {r} of {n} on {h}" for r, n, h in job["ranks"]))  # fmt: skip
+        for line in job["output"].splitlines():
+            if "Executing command: mpirun" in line:
+                print(f"  {line.strip()[-400:]}")
+    # The trap, as the issue found it: N ranks in all, every one on algo-1.
+    assert naive["rc"] == 0, naive["output"][-4000:]
+    assert naive["ranks"] == [(r, V3_PER_HOST, "algo-1") for r in range(V3_PER_HOST)]
+    # What efa-image prints: hosts x N ranks, N on each host.
+    assert printed["config"] == {
+        "process_count_per_node": V3_INSTANCES * V3_PER_HOST,
+        "options": ["--map-by", f"ppr:{V3_PER_HOST}:node"],
+    }
+    assert printed["rc"] == 0, printed["output"][-4000:]
+    world = V3_INSTANCES * V3_PER_HOST
+    assert [(r, n) for r, n, _ in printed["ranks"]] == [(r, world) for r in range(world)]
+    per_host = {
+        h: sum(1 for *_, host in printed["ranks"] if host == h) for h in ("algo-1", "algo-2")
+    }
+    assert per_host == {"algo-1": V3_PER_HOST, "algo-2": V3_PER_HOST}, printed["ranks"]
+    # Local mode names the interface ethwe, which the containers lack: Open MPI warns and
+    # carries on (its TCP BTL takes the others), and nothing in the image breaks on it.
+    assert "btl_tcp_if_include ethwe" in printed["output"]
