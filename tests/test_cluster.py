@@ -125,3 +125,30 @@ def test_cli_prints_the_sbatch_script_and_refuses_without_a_target():
         "efa-image: error: name what to verify: --container NAME, --image REF, --across "
         "HOST,HOST (hosts over SSH) or --log FILE (a saved all_reduce_perf log)"
     ]
+
+
+def test_nccl_job_starts_mpirun_on_the_first_host_and_judges_its_log(monkeypatch):
+    """The --across --perf path (HARDWARE) with SSH replaced by a recording fake."""
+    log = (GPU_DATA / "h200-all_reduce_perf-plugin-tcp.log").read_text().splitlines()
+    rows = "\n".join(line for line in log if " NCCL " not in line) + "\n"
+    commands: list[tuple[str, str]] = []
+
+    def runner(self, host):
+        def run(command):
+            commands.append((host, command))
+            if command.startswith("test -x"):
+                return verify.Outcome(0, f"{multihost.MPIRUN}\n", "")
+            return verify.Outcome(0, rows + EFA_LINES, "")
+
+        return run
+
+    monkeypatch.setattr(cluster.Ssh, "runner", runner)
+    report = verify.Report("hardware", "test")
+    cluster.nccl_job(
+        cluster.Ssh("admin"), ["h1", "h2"], report,
+        instance_type="p5.48xlarge", per_host=8, efa_devices=["uverbs0"],
+    )  # fmt: skip
+    (host, command), *_ = [c for c in commands if "all_reduce_perf" in c[1]]
+    assert host == "h1" and "-np 16 --host h1:8,h2:8" in command and "FI_PROVIDER=efa" in command
+    checks = {f.check: f.ok for f in report.findings}
+    assert checks["nccl-tests"] and checks["NCCL network"] and checks["nccl busbw"] is False
