@@ -36,7 +36,7 @@ def test_it_was_verified_with_the_ofi_mtl_across_two_containers(built):
     assert "ok   libfabric links libefa: libefa.so.1 linked" in output
     assert "ok   image ENV: matches env.d" in output
     assert "MPI allreduce on 2 hosts through the OFI MTL (tcp)" in output
-    assert "OFI MTL selected by 2 ranks; mpirun exit 0" in output
+    assert "OFI MTL selected by 2 ranks, providers tcp, tcp; mpirun exit 0" in output
     assert "nccl-2.19-needs-distro-libfabric-1.19.1" in output  # the distro's libfabric judged
     assert f"{REPOSITORY}:efa-reduced-distro" in built["tags"]
     # Nothing compiles: no component goes through the build cache but the wheel's 'off'.
