@@ -123,7 +123,7 @@ def test_cli_prints_the_sbatch_script_and_refuses_without_a_target():
     assert nothing.returncode == 1
     assert nothing.stderr.strip().splitlines() == [
         "efa-image: error: name what to verify: --container NAME, --image REF, --across "
-        "HOST,HOST (hosts over SSH) or --log FILE (a saved all_reduce_perf log)"
+        "HOST,HOST or --hostfile FILE (hosts over SSH) or --log FILE (a saved all_reduce_perf log)"
     ]
 
 
@@ -152,3 +152,10 @@ def test_nccl_job_starts_mpirun_on_the_first_host_and_judges_its_log(monkeypatch
     assert host == "h1" and "-np 16 --host h1:8,h2:8" in command and "FI_PROVIDER=efa" in command
     checks = {f.check: f.ok for f in report.findings}
     assert checks["nccl-tests"] and checks["NCCL network"] and checks["nccl busbw"] is False
+
+
+def test_hostfile_names_the_hosts_as_mpirun_reads_them():
+    text = "# the job's nodes\nh1 slots=8\n\nh2 slots=8  # second\n  h3\n"
+    assert cluster.read_hostfile(text) == ["h1", "h2", "h3"]
+    missing = efa_image("--hostfile", "/nonexistent/hosts")
+    assert missing.returncode == 1 and "no hostfile /nonexistent/hosts" in missing.stderr

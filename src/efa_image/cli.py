@@ -202,6 +202,11 @@ def cmd_push(args: argparse.Namespace) -> None:
 def cmd_verify(args: argparse.Namespace) -> None:
     from efa_image import cluster, containers, multihost, verify
 
+    if args.hostfile:
+        path = Path(args.hostfile)
+        if not path.is_file():
+            raise EfaImageError(f"no hostfile {path}: give a file with one host per line")
+        args.across = ",".join(cluster.read_hostfile(path.read_text()))
     wheres = [args.container, args.image, args.across, args.log]
     if args.sbatch:
         print(cluster.sbatch_script(
@@ -211,8 +216,8 @@ def cmd_verify(args: argparse.Namespace) -> None:
         return
     if sum(bool(where) for where in wheres) != 1:
         raise EfaImageError(
-            "name what to verify: --container NAME, --image REF, --across HOST,HOST "
-            "(hosts over SSH) or --log FILE (a saved all_reduce_perf log)"
+            "name what to verify: --container NAME, --image REF, --across HOST,HOST or "
+            "--hostfile FILE (hosts over SSH) or --log FILE (a saved all_reduce_perf log)"
         )
     if args.log:
         verify_log(args)
@@ -521,6 +526,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST,HOST",
         help="hosts over SSH (AMIs, existing hosts): verify each, then an MPI job across all "
         "(with --perf all_reduce_perf), started on the first; the names are the hosts' own",
+    )
+    where.add_argument(
+        "--hostfile",
+        metavar="FILE",
+        help="as --across, the hosts from a hostfile (one per line, `h1 slots=8` as mpirun's)",
     )
     where.add_argument(
         "--log",

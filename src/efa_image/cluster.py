@@ -60,6 +60,17 @@ class Ssh:
         return run
 
 
+def read_hostfile(text: str) -> list[str]:
+    """Host names of an Open MPI or Slurm-style hostfile: the first word of each line
+    (`h1 slots=8`), comments and blank lines skipped."""
+    hosts = []
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if words:
+            hosts.append(words[0])
+    return hosts
+
+
 def nccl_mpirun(
     hosts: list[str],
     per_host: int,
