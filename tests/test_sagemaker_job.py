@@ -1,4 +1,4 @@
-"""The job runner's wait for the master (efa_image.sagemaker_job), with docker faked:
+"""The job runner's wait for the master (tests/sagemaker_job.py), with docker faked:
 a launcher that had children and then outlived them all, or that still runs long
 after its abort report, counts as hung and is stopped; one that exits, one that
 has not started its ranks yet, and one whose ranks still run do not."""
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from efa_image import sagemaker_job
+import sagemaker_job
 
 
 @pytest.fixture

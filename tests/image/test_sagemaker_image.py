@@ -1,7 +1,7 @@
 """`efa-image build` of the reduced SageMaker flavour on the CI mirror: real METIS,
 RMM, PyTorch and SageMaker's training toolkit over the EFA/MPI/NCCL stack, verified,
 an MPI job across two containers of it, and SageMaker's own two-host job: `train`
-in algo-1 and algo-2 (src/efa_image/sagemaker_job.py), succeeding, failing, and
+in algo-1 and algo-2 (tests/sagemaker_job.py), succeeding, failing, and
 with model-parallel parameters (the three jobs side by side; a failed job's worker
 is ended once its ranks are gone, as SageMaker ends a failed job).
 
@@ -33,7 +33,8 @@ from pathlib import Path
 import pytest
 from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
 
-from efa_image import multihost, sagemaker_job
+import sagemaker_job
+from efa_image import multihost
 from efa_image.paths import project_root
 
 FLAVOR = "sagemaker-reduced"

@@ -1,4 +1,5 @@
-"""A SageMaker training job across containers of one image, as SageMaker starts it.
+"""Test support: a SageMaker training job across containers of one image, as SageMaker
+starts it (tests/image/test_sagemaker_image.py; not part of the efa_image package).
 
 SageMaker starts one container per instance with `train`, host names algo-1..N,
 after writing /opt/ml/input/config/resourceconfig.json (current_host, hosts,
