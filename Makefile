@@ -155,8 +155,8 @@ lint: quick-lint
 	@$(MAKE) --no-print-directory ansible-lint
 
 quick-lint:
-	@$(STAGE) ruff $(BIN)/ruff check src tests roles plugins
-	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests roles plugins
+	@$(STAGE) ruff $(BIN)/ruff check src tests roles plugins tools
+	@$(STAGE) ruff-format $(BIN)/ruff format --check src tests roles plugins tools
 	@$(STAGE) yamllint $(BIN)/yamllint --strict .
 
 ansible-lint:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import bench, lock
+import benchmark as bench
+from efa_image import lock
 from efa_image.artifacts import sha256_of
 from efa_image.context import with_profile_overlay
 from efa_image.flavors import load_catalog
