@@ -283,7 +283,7 @@ def test_packer_host_mode_provisioners_run_over_ssh_as_the_user(cluster, provisi
 BAD_INPUTS = {
     "sudo-password": "asks admin for a password: give that user passwordless sudo (NOPASSWD",
     "no-python": "has no Python 3 (python3, /usr/bin/python3, /usr/libexec/platform-python not",
-    "debian11": "runs Debian 11.11, which the roles do not support: use a host or base image",
+    "debian11": "runs Debian 11.11 on x86_64, which the roles do not support: use a host or base",
     "unreachable": "cannot be reached as admin (Failed to connect to the host via ssh",
     "no-become": "need root, but commands on bad run as admin: add --become (with passwordless",
 }
