@@ -13,8 +13,7 @@ rank 0 of 2 on efa-mpi-1: sum 3 expected 3
 
 
 def result(output, rc=0, hosts=("efa-mpi-1", "efa-mpi-2")):
-    ranks, selected = multihost.parse(output)
-    return multihost.JobResult(list(hosts), "tcp", "mpirun", rc, output, ranks, selected)
+    return multihost.job_result(list(hosts), "tcp", "mpirun", rc, output)
 
 
 def test_both_hosts_and_the_ofi_mtl_make_a_good_job():

@@ -104,9 +104,9 @@ def mpi_job(ssh: Ssh, hosts: list[str], provider: str) -> multihost.JobResult:
     first = ssh.runner(hosts[0])
     argv = multihost.mpirun_command(hosts, provider, host_mpirun(first))
     proc = first(shlex.join(argv))
-    output = proc.stdout + proc.stderr
-    ranks, selected = multihost.parse(output)
-    return multihost.JobResult(hosts, provider, shlex.join(argv), proc.rc, output, ranks, selected)
+    return multihost.job_result(
+        hosts, provider, shlex.join(argv), proc.rc, proc.stdout + proc.stderr
+    )
 
 
 def judge_nccl_log(

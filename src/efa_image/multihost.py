@@ -99,6 +99,12 @@ def parse(output: str) -> tuple[list[Rank], int]:
     return sorted(ranks, key=lambda r: r.rank), len(SELECTED_OFI.findall(output))
 
 
+def job_result(hosts: list[str], provider: str, command: str, rc: int, output: str) -> JobResult:
+    """The job's result from mpirun's exit status and output (every rank's line, the MTL's)."""
+    ranks, selected = parse(output)
+    return JobResult(hosts, provider, command, rc, output, ranks, selected)
+
+
 def mpirun_command(hosts: list[str], provider: str, mpirun: str = MPIRUN) -> list[str]:
     """One rank per host; verbose MTL selection and OFI MTL, so the report shows the OFI MTL
     was used and which provider it opened."""
@@ -182,6 +188,6 @@ def run_job(image: str, count: int = 2, provider: str | None = None) -> JobResul
     with cluster(image, count) as hosts:
         argv = mpirun_command(hosts, provider, image_mpirun(hosts[0]))
         proc = docker_exec(hosts[0], argv)
-        output = proc.stdout + proc.stderr
-        ranks, selected = parse(output)
-        return JobResult(hosts, provider, " ".join(argv), proc.returncode, output, ranks, selected)
+        return job_result(
+            hosts, provider, " ".join(argv), proc.returncode, proc.stdout + proc.stderr
+        )
