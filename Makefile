@@ -220,7 +220,7 @@ run-image-tests:
 
 # Regenerates the variable tables in roles/*/README.md from meta/argument_specs.yml.
 docs:
-	$(BIN)/python -m efa_image.roledocs
+	env PYTHONPATH=tools $(BIN)/python -m roledocs
 
 # Removes the base images and test containers; the virtualenv stays (rm -rf .venv).
 clean:

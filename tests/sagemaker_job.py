@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from efa_image.containers import efa_device_args
 from efa_image.runner import run_command
+from efa_image.verification.containers import efa_device_args
 
 # Its own label value: other tests clean up multihost's containers by theirs.
 LABEL = "org.efa-image.test=sagemaker-job"

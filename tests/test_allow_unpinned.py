@@ -12,7 +12,9 @@ import re
 
 import pytest
 
-from efa_image import artifacts, base, basecontents, build, cli, distro, images, packer, preflight
+from efa_image import cli
+from efa_image.artifacts import artifact_store, preflight
+from efa_image.building import base, basecontents, build, distro, images, packer
 
 ARGS = ["build", "--flavor", "efa-reduced", "--profile", "portable", "--repository", "t"]
 
@@ -41,7 +43,7 @@ def stubbed(monkeypatch, tmp_path):
     monkeypatch.setattr(images, "probe_cuda", lambda ref: images.BaseCuda())
     monkeypatch.setattr(distro, "probe_for", lambda image, methods: None)
     monkeypatch.setattr(basecontents, "probe", lambda image: {})
-    monkeypatch.setattr(artifacts.Store, "get", lambda self, artifact: tmp_path / "f")
+    monkeypatch.setattr(artifact_store.Store, "get", lambda self, artifact: tmp_path / "f")
 
     def packer_build(root, var_file, manifest):
         seen["vars"] = json.loads(var_file.read_text())

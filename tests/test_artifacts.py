@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from efa_image import artifacts, mirror, preflight
-from efa_image.lock import Artifact
+from efa_image.artifacts import artifact_store, mirror, preflight
+from efa_image.artifacts.lock import Artifact
 from httpfixture import serve
 
 CONTENT = b"libfabric release archive stand-in\n" * 1000
@@ -39,7 +39,7 @@ def server():
 
 @pytest.fixture
 def store(tmp_path):
-    return artifacts.Store(cache_dir=tmp_path / "cache", timeout=2)
+    return artifact_store.Store(cache_dir=tmp_path / "cache", timeout=2)
 
 
 def cache_files(store, sub):
@@ -61,7 +61,7 @@ def test_tampered_cache_file_stops_and_is_moved_aside(server, store):
     artifact = make(server.add("a.tar.bz2", CONTENT))
     path = store.get(artifact)
     path.write_bytes(CONTENT + b"tampered")
-    with pytest.raises(artifacts.ChecksumMismatch) as info:
+    with pytest.raises(artifact_store.ChecksumMismatch) as info:
         store.get(artifact)
     message = str(info.value)
     assert "libfabric 2.1.0 (libfabric-2.1.0.tar.bz2)" in message
@@ -76,8 +76,8 @@ def test_tampered_mirror_file_is_never_used(tmp_path):
     root = tmp_path / "mirror"
     (root / "libfabric/2.1.0").mkdir(parents=True)
     (root / artifact.mirror_path()).write_bytes(b"not the release")
-    store = artifacts.Store(cache_dir=tmp_path / "cache", mirror=str(root))
-    with pytest.raises(artifacts.ChecksumMismatch) as info:
+    store = artifact_store.Store(cache_dir=tmp_path / "cache", mirror=str(root))
+    with pytest.raises(artifact_store.ChecksumMismatch) as info:
         store.get(artifact)
     assert (root / artifact.mirror_path()).as_uri() in str(info.value)
     assert sha(b"not the release") in str(info.value)
@@ -87,7 +87,7 @@ def test_tampered_mirror_file_is_never_used(tmp_path):
 
 def test_wrong_upstream_file_is_quarantined_not_cached(server, store):
     artifact = make(server.add("a.tar.bz2", b"something else"))
-    with pytest.raises(artifacts.ChecksumMismatch, match=r"/files/a.tar.bz2: sha256 "):
+    with pytest.raises(artifact_store.ChecksumMismatch, match=r"/files/a.tar.bz2: sha256 "):
         store.get(artifact)
     assert cache_files(store, "sha256") == []
 
@@ -98,7 +98,7 @@ def test_wrong_upstream_file_is_quarantined_not_cached(server, store):
 )
 def test_broken_downloads_leave_nothing_in_the_cache(server, store, path, message):
     artifact = make(server.url + path)
-    with pytest.raises(artifacts.ArtifactError, match=message):
+    with pytest.raises(artifact_store.ArtifactError, match=message):
         store.get(artifact)
     assert cache_files(store, "sha256") == [] and cache_files(store, "tmp") == []
 
@@ -107,14 +107,14 @@ def test_connection_refused(store):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with pytest.raises(artifacts.ArtifactError, match="cannot connect"):
+    with pytest.raises(artifact_store.ArtifactError, match="cannot connect"):
         store.get(make(f"http://127.0.0.1:{port}/a"))
 
 
 def test_server_that_never_answers_is_bounded(server, tmp_path):
-    store = artifacts.Store(cache_dir=tmp_path / "cache", timeout=1)
+    store = artifact_store.Store(cache_dir=tmp_path / "cache", timeout=1)
     start = time.monotonic()
-    with pytest.raises(artifacts.ArtifactError, match=r"no answer within 1s"):
+    with pytest.raises(artifact_store.ArtifactError, match=r"no answer within 1s"):
         store.get(make(server.url + "/slow"))
     assert time.monotonic() - start < 10
     assert cache_files(store, "sha256") == []
@@ -123,7 +123,7 @@ def test_server_that_never_answers_is_bounded(server, tmp_path):
 def test_next_url_is_tried_and_failures_are_listed(server, store):
     artifact = make([server.url + "/missing", server.add("a", CONTENT)])
     assert store.get(artifact).read_bytes() == CONTENT
-    with pytest.raises(artifacts.ArtifactError) as info:
+    with pytest.raises(artifact_store.ArtifactError) as info:
         store.get(make([server.url + "/missing", server.url + "/truncated"], content=b"other"))
     assert "/missing: HTTP 404" in str(info.value) and "/truncated: truncated" in str(info.value)
 
@@ -146,10 +146,10 @@ def test_two_builds_fetching_at_once_download_once(server, store):
 def test_unpinned_is_refused_unless_allowed(server, tmp_path):
     artifact = make(server.add("a", CONTENT), sha256=None)
     with pytest.raises(
-        artifacts.ArtifactError, match=r"no sha256 in the lock .*lock update libfabric"
+        artifact_store.ArtifactError, match=r"no sha256 in the lock .*lock update libfabric"
     ):
-        artifacts.Store(cache_dir=tmp_path / "c").get(artifact)
-    path = artifacts.Store(cache_dir=tmp_path / "c", allow_unpinned=True).get(artifact)
+        artifact_store.Store(cache_dir=tmp_path / "c").get(artifact)
+    path = artifact_store.Store(cache_dir=tmp_path / "c", allow_unpinned=True).get(artifact)
     assert path.read_bytes() == CONTENT and "unpinned" in path.parts
 
 
@@ -175,7 +175,7 @@ def test_preflight_reports_every_problem_at_once(server, store):
 
 def test_mirror_roundtrip_directory_and_url(server, tmp_path):
     artifact = make(server.add("a", CONTENT))
-    upstream = artifacts.Store(cache_dir=tmp_path / "cache1")
+    upstream = artifact_store.Store(cache_dir=tmp_path / "cache1")
     root = tmp_path / "mirror"
     # The cache and the mirror share a filesystem here: a hard link, not a copy.
     assert mirror.place(upstream, artifact, root) == "linked"
@@ -185,10 +185,10 @@ def test_mirror_roundtrip_directory_and_url(server, tmp_path):
     mirror.write_index(root, [artifact])
     assert (root / "SHA256SUMS").read_text() == f"{artifact.sha256}  {artifact.mirror_path()}\n"
     offline = make("https://unreachable.invalid/a")
-    from_dir = artifacts.Store(cache_dir=tmp_path / "cache2", mirror=str(root))
+    from_dir = artifact_store.Store(cache_dir=tmp_path / "cache2", mirror=str(root))
     assert from_dir.get(offline).read_bytes() == CONTENT
     server.add(artifact.mirror_path(), CONTENT)
-    from_url = artifacts.Store(cache_dir=tmp_path / "cache3", mirror=f"{server.url}/files/")
+    from_url = artifact_store.Store(cache_dir=tmp_path / "cache3", mirror=f"{server.url}/files/")
     assert from_url.sources(offline) == [f"{server.url}/files/{artifact.mirror_path()}"]
     assert from_url.get(offline).read_bytes() == CONTENT
     assert from_url.check(offline).ok
@@ -198,7 +198,7 @@ def test_mirror_copies_across_filesystems_and_replaces_a_tampered_file(
     server, tmp_path, monkeypatch
 ):
     artifact = make(server.add("a", CONTENT))
-    store = artifacts.Store(cache_dir=tmp_path / "cache")
+    store = artifact_store.Store(cache_dir=tmp_path / "cache")
     root = tmp_path / "mirror"
     placed = root / artifact.mirror_path()
     placed.parent.mkdir(parents=True)

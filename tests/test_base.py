@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from efa_image import base, cli
+from efa_image import cli
+from efa_image.building import base
 
 
 def test_recipes_cover_debian_12_13_and_cuda():

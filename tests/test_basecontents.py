@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from efa_image import basecontents, build
+from efa_image.artifacts.lock import Artifact
+from efa_image.building import basecontents, build
+from efa_image.building.flavors import load_catalog
 from efa_image.errors import EfaImageError
-from efa_image.flavors import load_catalog
-from efa_image.lock import Artifact
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = (

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import benchmark as bench
-from efa_image import lock
-from efa_image.artifacts import sha256_of
-from efa_image.context import with_profile_overlay
-from efa_image.flavors import load_catalog
+from efa_image.artifacts import lock
+from efa_image.artifacts.artifact_store import sha256_of
+from efa_image.artifacts.context import with_profile_overlay
+from efa_image.building.flavors import load_catalog
 
 MB = 1_000_000
 BASE = 160 * MB
@@ -296,7 +296,7 @@ def options(root, skip=()):
 
 @pytest.fixture
 def no_docker(monkeypatch):
-    from efa_image import base
+    from efa_image.building import base
 
     monkeypatch.setattr(base, "ensure_ref", lambda ref: f"{ref}: present")
     monkeypatch.setattr(bench, "image_size", lambda ref: BASE)
@@ -352,7 +352,7 @@ class FakeBench:
 
 
 def test_a_failing_run_fails_the_bench_and_keeps_the_runs_so_far(tmp_path, monkeypatch, capsys):
-    from efa_image import engine
+    from efa_image.setup import engine
 
     monkeypatch.setattr(bench, "project_root", lambda: tmp_path)
     monkeypatch.setattr(engine, "ensure_docker", lambda: None)
@@ -370,7 +370,7 @@ def test_a_failing_run_fails_the_bench_and_keeps_the_runs_so_far(tmp_path, monke
 
 
 def test_unknown_profile_fails_before_any_build(tmp_path, monkeypatch, capsys):
-    from efa_image import engine
+    from efa_image.setup import engine
 
     monkeypatch.setattr(bench, "project_root", lambda: tmp_path)
     monkeypatch.setattr(engine, "ensure_docker", lambda: None)

@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import build, compat_facts, images, packer
+from efa_image.building import build, images, packer
+from efa_image.building.flavors import load_catalog
+from efa_image.compat import planned
 from efa_image.errors import EfaImageError
-from efa_image.flavors import load_catalog
 
 REQUEST = build.BuildRequest(
     flavor="efa",
@@ -179,7 +180,7 @@ def test_the_committed_image_does_not_keep_the_build_owner_label(root):
 
 
 def artifact(name, version, filename="x.tar.gz"):
-    from efa_image.lock import Artifact
+    from efa_image.artifacts.lock import Artifact
 
     return Artifact(
         name=name, version=version, role="r", filename=filename, urls=("u",), sha256="0" * 64
@@ -192,7 +193,7 @@ def test_compatibility_facts_follow_methods_and_base_cuda():
         artifact("nccl_wheel", "2.30.4", "nvidia_nccl_cu12-2.30.4-py3-none-any.whl"),
         artifact("aws_ofi_nccl", "1.19.0"),
     ]
-    facts = compat_facts.compat_facts(
+    facts = planned.compat_facts(
         needed, ["efa", "nccl", "aws_ofi_nccl"], {"efa": "source"}, images.BaseCuda("/c", "12.4")
     )
     assert facts == {
@@ -208,12 +209,12 @@ def test_compatibility_facts_follow_methods_and_base_cuda():
 def test_incompatible_versions_stop_the_build_with_reason_and_fix():
     facts = {"efa_method": "efa_installer", "efa_installer": "1.28.0", "nccl": "2.30.4"}
     with pytest.raises(EfaImageError, match="nothing was built") as info:
-        compat_facts.check_compatibility(facts)
+        planned.check_compatibility(facts)
     assert "efa_installer" in str(info.value) and "aws-ofi-nccl/issues/584" in str(info.value)
     wrong_cuda = {"efa_method": "source", "nccl_cuda_major": "13", "base_cuda_major": "12"}
     with pytest.raises(EfaImageError, match="nccl_cuda_major"):
-        compat_facts.check_compatibility(wrong_cuda)
-    assert compat_facts.check_compatibility({"efa_method": "source", "libfabric": "2.1.0"}).ok
+        planned.check_compatibility(wrong_cuda)
+    assert planned.check_compatibility({"efa_method": "source", "libfabric": "2.1.0"}).ok
 
 
 def test_packer_vars_name_the_owner_and_cuda_home():
@@ -232,8 +233,9 @@ class Stop(Exception):
 @pytest.fixture
 def unchanged(monkeypatch, tmp_path):
     """build.build() up to the fetch, with docker stubbed: a verified image on record."""
-    from efa_image import base, context, fingerprint, preflight
-    from efa_image.artifacts import Store
+    from efa_image.artifacts import context, preflight
+    from efa_image.artifacts.artifact_store import Store
+    from efa_image.building import base, fingerprint
 
     monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path))
     ctx = context.load(None, [], "portable", Store(tmp_path))
@@ -292,7 +294,8 @@ def test_rebuild_or_a_changed_input_builds(unchanged):
 
 def test_a_local_image_of_others_is_probed_before_the_pre_flight(unchanged, monkeypatch):
     """A DLC already pulled: the pre-flight asks only for what it lacks."""
-    from efa_image import base, basecontents, preflight
+    from efa_image.artifacts import preflight
+    from efa_image.building import base, basecontents
 
     ctx, request, _, _, _ = unchanged
     found = (

@@ -1,4 +1,4 @@
-"""The build cache's key, look-up and store (efa_image.buildcache)."""
+"""The build cache's key, look-up and store (efa_image.building.build_cache)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import buildcache
+from efa_image.building import build_cache
 
 OS = 'ID=debian\nVERSION_ID="13"\namd64\n'
 DPKG = (
@@ -30,14 +30,14 @@ INPUTS = {"version": "5.0.7", "sha256": "ab" * 32, "configure": ["--prefix=/opt/
 
 
 def test_key_covers_compilers_and_dev_packages_only():
-    assert buildcache.toolchain_packages(DPKG) == [
+    assert build_cache.toolchain_packages(DPKG) == [
         "gcc-14=14.2.0-19",
         "libc6-dev:amd64=2.41-12",
         "libibverbs-dev:amd64=56.1-1",
     ]
     # A runtime package or tool that no configure detects leaves the key alone.
     unrelated = DPKG.replace("curl=8.14.1-2", "curl=8.15.0-1") + "openssh-server=1:10.0p1-7\n"
-    assert buildcache.key("openmpi", INPUTS, OS, unrelated) == buildcache.key(
+    assert build_cache.key("openmpi", INPUTS, OS, unrelated) == build_cache.key(
         "openmpi", INPUTS, OS, DPKG
     )
 
@@ -77,11 +77,11 @@ def test_every_input_that_decides_the_build_changes_the_key(change):
         "packages": DPKG,
         "policy": POLICY,
     }
-    assert buildcache.key(**(args | change)) != buildcache.key(**args)
+    assert build_cache.key(**(args | change)) != build_cache.key(**args)
 
 
 def test_requested_build_packages_count_as_installed_or_as_apts_candidate():
-    assert buildcache.requested_versions(POLICY) == {
+    assert build_cache.requested_versions(POLICY) == {
         "gcc": "4:14.2.0-1",
         "zlib1g-dev": "1:1.3.dfsg+really1.3.1-1+b1",
     }
@@ -94,52 +94,54 @@ def test_packages_other_builds_installed_leave_the_key_alone():
     baseline = "libc6-dev curl"
     later = base + "gcc-14=14.2.0-19\nlibibverbs-dev:amd64=56.1-1\n"
     installed_policy = POLICY.replace("Installed: (none)", "Installed: 4:14.2.0-1")
-    before = buildcache.key("openmpi", INPUTS, OS, base, policy=POLICY)
-    after = buildcache.key("openmpi", INPUTS, OS, later, baseline=baseline, policy=installed_policy)
+    before = build_cache.key("openmpi", INPUTS, OS, base, policy=POLICY)
+    after = build_cache.key(
+        "openmpi", INPUTS, OS, later, baseline=baseline, policy=installed_policy
+    )
     assert before == after
     # The base image's own -dev packages do count.
-    assert buildcache.key("openmpi", INPUTS, OS, later, policy=POLICY) != before
+    assert build_cache.key("openmpi", INPUTS, OS, later, policy=POLICY) != before
 
 
 def test_key_ignores_the_order_of_inputs_and_packages():
     shuffled = "\n".join(reversed(DPKG.splitlines()))
     reordered = dict(reversed(list(INPUTS.items())))
-    assert buildcache.key("openmpi", reordered, OS, shuffled) == buildcache.key(
+    assert build_cache.key("openmpi", reordered, OS, shuffled) == build_cache.key(
         "openmpi", INPUTS, OS, DPKG
     )
 
 
 def test_bad_component_name_is_refused():
-    with pytest.raises(buildcache.BuildCacheError, match="component"):
-        buildcache.key("../x", INPUTS, OS, DPKG)
+    with pytest.raises(build_cache.BuildCacheError, match="component"):
+        build_cache.key("../x", INPUTS, OS, DPKG)
 
 
 def test_store_then_lookup(tmp_path: Path):
-    digest = buildcache.key("openmpi", INPUTS, OS, DPKG)
-    assert buildcache.lookup(tmp_path, "openmpi", digest) is None
-    path = buildcache.store(tmp_path, "openmpi", digest, lambda p: p.write_bytes(b"tree"))
+    digest = build_cache.key("openmpi", INPUTS, OS, DPKG)
+    assert build_cache.lookup(tmp_path, "openmpi", digest) is None
+    path = build_cache.store(tmp_path, "openmpi", digest, lambda p: p.write_bytes(b"tree"))
     assert path == tmp_path / f"openmpi-{digest}.tar.gz"
-    assert buildcache.lookup(tmp_path, "openmpi", digest) == path
+    assert build_cache.lookup(tmp_path, "openmpi", digest) == path
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".sha256"]
 
 
 def test_the_stored_glob_matches_each_stored_entrys_checksum_only(tmp_path: Path):
-    buildcache.store(tmp_path, "openmpi", "0" * 64, lambda p: p.write_bytes(b"tree"))
-    buildcache.store(tmp_path, "openmpi4", "1" * 64, lambda p: p.write_bytes(b"tree"))
-    matched = sorted(tmp_path.glob(Path(buildcache.stored_glob(tmp_path, "openmpi")).name))
+    build_cache.store(tmp_path, "openmpi", "0" * 64, lambda p: p.write_bytes(b"tree"))
+    build_cache.store(tmp_path, "openmpi4", "1" * 64, lambda p: p.write_bytes(b"tree"))
+    matched = sorted(tmp_path.glob(Path(build_cache.stored_glob(tmp_path, "openmpi")).name))
     assert matched == [tmp_path / f"openmpi-{'0' * 64}.tar.gz.sha256"]
 
 
 def test_a_damaged_entry_is_a_miss_and_is_removed(tmp_path: Path):
-    path = buildcache.store(tmp_path, "libfabric", "0" * 64, lambda p: p.write_bytes(b"tree"))
+    path = build_cache.store(tmp_path, "libfabric", "0" * 64, lambda p: p.write_bytes(b"tree"))
     path.write_bytes(b"truncated")
-    assert buildcache.lookup(tmp_path, "libfabric", "0" * 64) is None
+    assert build_cache.lookup(tmp_path, "libfabric", "0" * 64) is None
     assert list(tmp_path.iterdir()) == []
 
 
 def test_an_entry_without_its_checksum_is_a_miss(tmp_path: Path):
     (tmp_path / f"libfabric-{'0' * 64}.tar.gz").write_bytes(b"tree")
-    assert buildcache.lookup(tmp_path, "libfabric", "0" * 64) is None
+    assert build_cache.lookup(tmp_path, "libfabric", "0" * 64) is None
 
 
 def test_a_failed_store_leaves_nothing(tmp_path: Path):
@@ -148,29 +150,29 @@ def test_a_failed_store_leaves_nothing(tmp_path: Path):
         raise OSError("connection lost")
 
     with pytest.raises(OSError, match="connection lost"):
-        buildcache.store(tmp_path, "openmpi", "1" * 64, interrupted)
+        build_cache.store(tmp_path, "openmpi", "1" * 64, interrupted)
     assert list(tmp_path.iterdir()) == []
-    with pytest.raises(buildcache.BuildCacheError, match="no archive"):
-        buildcache.store(tmp_path, "openmpi", "1" * 64, lambda p: None)
+    with pytest.raises(build_cache.BuildCacheError, match="no archive"):
+        build_cache.store(tmp_path, "openmpi", "1" * 64, lambda p: None)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_cache_dir_setting_environment_default_and_off(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path / "artifacts"))
-    monkeypatch.delenv(buildcache.ENV, raising=False)
-    assert buildcache.cache_dir() == tmp_path / "artifacts" / "builds"
-    monkeypatch.setenv(buildcache.ENV, str(tmp_path / "env"))
-    assert buildcache.cache_dir() == tmp_path / "env"
-    assert buildcache.cache_dir(str(tmp_path / "set")) == tmp_path / "set"
-    monkeypatch.setenv(buildcache.ENV, "off")
-    assert buildcache.cache_dir() is None
+    monkeypatch.delenv(build_cache.ENV, raising=False)
+    assert build_cache.cache_dir() == tmp_path / "artifacts" / "builds"
+    monkeypatch.setenv(build_cache.ENV, str(tmp_path / "env"))
+    assert build_cache.cache_dir() == tmp_path / "env"
+    assert build_cache.cache_dir(str(tmp_path / "set")) == tmp_path / "set"
+    monkeypatch.setenv(build_cache.ENV, "off")
+    assert build_cache.cache_dir() is None
 
 
 def test_the_probes_sections_feed_the_key():
     probe = f"## os\n{OS}## installed\n{DPKG}## baseline\ngcc-14 make\n## policy\n{POLICY}"
-    sections = buildcache.probe_sections(probe)
+    sections = build_cache.probe_sections(probe)
     assert sections["os"] == OS and sections["installed"] == DPKG
     assert sections["baseline"].split() == ["gcc-14", "make"]
-    assert buildcache.requested_versions(sections["policy"])["gcc"] == "4:14.2.0-1"
+    assert build_cache.requested_versions(sections["policy"])["gcc"] == "4:14.2.0-1"
     # No baseline section: the target's packages are all its own.
-    assert "baseline" not in buildcache.probe_sections(f"## os\n{OS}## policy\n")
+    assert "baseline" not in build_cache.probe_sections(f"## os\n{OS}## policy\n")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from efa_image import buildrecord
+from efa_image.building import install_record
 
 INPUTS = {
     "artifact": {"name": "libfabric", "version": "2.1.0", "sha256": "a" * 64},
@@ -16,11 +16,11 @@ INPUTS = {
 
 
 def installed(inputs=INPUTS, component="libfabric"):
-    return buildrecord.record(component, inputs)
+    return install_record.record(component, inputs)
 
 
 def test_matching_record_builds_nothing():
-    decision = buildrecord.decide(installed(), INPUTS)
+    decision = install_record.decide(installed(), INPUTS)
     assert not decision.build and decision.reasons == []
     assert "nothing to build" in decision.render("libfabric")
 
@@ -45,7 +45,7 @@ def test_each_input_changes_the_outcome(path, value):
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
-    decision = buildrecord.decide(installed(), wanted)
+    decision = install_record.decide(installed(), wanted)
     assert decision.build
     assert decision.reasons == [
         f"{'.'.join(path)} changed: " + decision.reasons[0].split(": ", 1)[1]
@@ -54,17 +54,19 @@ def test_each_input_changes_the_outcome(path, value):
 
 
 def test_added_and_removed_inputs_rebuild():
-    assert buildrecord.decide(installed(), INPUTS | {"nccl": "x"}).reasons == ['nccl added ("x")']
+    assert install_record.decide(installed(), INPUTS | {"nccl": "x"}).reasons == [
+        'nccl added ("x")'
+    ]
     smaller = {k: v for k, v in INPUTS.items() if k != "cuda"}
-    assert buildrecord.decide(installed(), smaller).reasons == ['cuda removed (was "12.4")']
+    assert install_record.decide(installed(), smaller).reasons == ['cuda removed (was "12.4")']
 
 
 def test_unrelated_facts_do_not_rebuild():
     # Key order, tuples for lists and the component's name in the record change nothing.
     reordered = dict(reversed(list(INPUTS.items())))
     reordered["steps"] = [tuple(step) for step in INPUTS["steps"]]
-    assert not buildrecord.decide(installed(), reordered).build
-    assert not buildrecord.decide(installed(component="other"), INPUTS).build
+    assert not install_record.decide(installed(), reordered).build
+    assert not install_record.decide(installed(component="other"), INPUTS).build
 
 
 @pytest.mark.parametrize(
@@ -79,22 +81,22 @@ def test_unrelated_facts_do_not_rebuild():
     ],
 )
 def test_missing_or_unusable_record_builds(text, reason):
-    assert buildrecord.decide(text, INPUTS) == buildrecord.Decision(True, [reason])
+    assert install_record.decide(text, INPUTS) == install_record.Decision(True, [reason])
 
 
 def test_force_builds_a_matching_installation():
-    assert buildrecord.decide(installed(), INPUTS, force=True).reasons == ["forced"]
+    assert install_record.decide(installed(), INPUTS, force=True).reasons == ["forced"]
 
 
 def test_record_round_trips_and_is_stable():
     text = installed()
-    assert buildrecord.parse(text) == buildrecord.normalize(INPUTS)
+    assert install_record.parse(text) == install_record.normalize(INPUTS)
     assert text == installed(dict(reversed(list(INPUTS.items()))))
     assert json.loads(text)["component"] == "libfabric"
 
 
 def test_long_values_are_shortened_in_reasons():
     wanted = INPUTS | {"libfabric": "e" * 64}
-    (reason,) = buildrecord.decide(installed(), wanted).reasons
+    (reason,) = install_record.decide(installed(), wanted).reasons
     assert reason.startswith("libfabric changed: ") and reason.count("...") == 2
     assert len(reason) < 160

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from efa_image import cluster, multihost, verify
+from efa_image.verification import cluster, multihost, verify
 from nccl_lines import EFA_LINES
 
 GPU_DATA = Path(__file__).parent / "data" / "gpu"

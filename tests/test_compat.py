@@ -1,6 +1,6 @@
 import pytest
 
-from efa_image import compat
+from efa_image.compat import rules
 from efa_image.errors import EfaImageError
 
 GOOD = {
@@ -13,13 +13,13 @@ GOOD = {
     "torch_nccl": "2.30.1",
     "efa_method": "efa_installer",
 }
-RULES = compat.load_rules()
+RULES = rules.load_rules()
 IDS = {rule.id for rule in RULES}
 
 
 def run(**changes):
     facts = {**GOOD, **changes}
-    return compat.check({k: v for k, v in facts.items() if v is not None}, RULES)
+    return rules.check({k: v for k, v in facts.items() if v is not None}, RULES)
 
 
 def violated(result):
@@ -38,19 +38,19 @@ def test_packaged_rules_load_and_good_facts_pass():
         "nccl-cuda-major-matches-base",
         "torch-nccl-matches-image-nccl",
     } <= IDS
-    result = compat.check(GOOD)  # the packaged rules by default
+    result = rules.check(GOOD)  # the packaged rules by default
     assert result.ok
     assert result.violations == []
     assert set(result.passed) | set(skipped(result)) == IDS
 
 
 def test_version_tuple():
-    assert compat.version_tuple("2.30.4-1") == (2, 30, 4, 1)
-    assert compat.version_tuple("1.22.0amzn4.0") == (1, 22, 0)
-    assert compat.version_tuple("v1.13.2-aws") == (1, 13, 2)
-    assert compat.version_tuple("2.21.5+cuda12.4") == (2, 21, 5)
+    assert rules.version_tuple("2.30.4-1") == (2, 30, 4, 1)
+    assert rules.version_tuple("1.22.0amzn4.0") == (1, 22, 0)
+    assert rules.version_tuple("v1.13.2-aws") == (1, 13, 2)
+    assert rules.version_tuple("2.21.5+cuda12.4") == (2, 21, 5)
     with pytest.raises(ValueError, match="not a version"):
-        compat.version_tuple("unknown")
+        rules.version_tuple("unknown")
 
 
 def test_nccl_2_19_needs_efa_installer_1_29():
@@ -122,10 +122,10 @@ def test_nccl_cuda_major_must_match_base():
 
 
 def test_nccl_cuda_major_from_names():
-    assert compat.nccl_cuda_major("nvidia-nccl-cu12") == "12"
-    assert compat.nccl_cuda_major("nvidia-nccl-cu13==2.30.4") == "13"
-    assert compat.nccl_cuda_major("2.21.5-1+cuda12.4") == "12"
-    assert compat.nccl_cuda_major("2.21.5") is None
+    assert rules.nccl_cuda_major("nvidia-nccl-cu12") == "12"
+    assert rules.nccl_cuda_major("nvidia-nccl-cu13==2.30.4") == "13"
+    assert rules.nccl_cuda_major("2.21.5-1+cuda12.4") == "12"
+    assert rules.nccl_cuda_major("2.21.5") is None
 
 
 def test_torch_nccl_must_match_major_minor():
@@ -144,17 +144,17 @@ def test_torch_nccl_must_match_major_minor():
 
 
 def test_torch_nccl_version_forms():
-    assert compat.torch_nccl_version((2, 21, 5)) == "2.21.5"
-    assert compat.torch_nccl_version([2, 19, 3]) == "2.19.3"
-    assert compat.torch_nccl_version(2708) == "2.7.8"
-    assert compat.torch_nccl_version(21903) == "2.19.3"
-    assert compat.torch_nccl_version("21903") == "2.19.3"
-    assert compat.torch_nccl_version("(2, 21, 5)") == "2.21.5"
-    assert compat.torch_nccl_version("2.21.5") == "2.21.5"
-    assert compat.nccl_version_from_code(2406) == "2.4.6"
-    assert compat.nccl_version_from_code(22809) == "2.28.9"
+    assert rules.torch_nccl_version((2, 21, 5)) == "2.21.5"
+    assert rules.torch_nccl_version([2, 19, 3]) == "2.19.3"
+    assert rules.torch_nccl_version(2708) == "2.7.8"
+    assert rules.torch_nccl_version(21903) == "2.19.3"
+    assert rules.torch_nccl_version("21903") == "2.19.3"
+    assert rules.torch_nccl_version("(2, 21, 5)") == "2.21.5"
+    assert rules.torch_nccl_version("2.21.5") == "2.21.5"
+    assert rules.nccl_version_from_code(2406) == "2.4.6"
+    assert rules.nccl_version_from_code(22809) == "2.28.9"
     with pytest.raises(ValueError):
-        compat.nccl_version_from_code(0)
+        rules.nccl_version_from_code(0)
 
 
 def test_unparsable_fact_skips_with_reason():
@@ -180,9 +180,9 @@ rules:
 
 
 def test_custom_rules_file(tmp_path):
-    rules = compat.load_rules(write(tmp_path, RULE))
-    assert rules == [
-        compat.Rule(
+    loaded = rules.load_rules(write(tmp_path, RULE))
+    assert loaded == [
+        rules.Rule(
             id="my-rule",
             reason="because",
             fix="upgrade",
@@ -191,7 +191,7 @@ def test_custom_rules_file(tmp_path):
             when={"nccl": ">= 2.19"},
         )
     ]
-    result = compat.check({"nccl": "2.20.3", "libfabric": "1.18.0"}, rules)
+    result = rules.check({"nccl": "2.20.3", "libfabric": "1.18.0"}, loaded)
     assert [v.message for v in result.violations] == [
         "nccl 2.20.3 needs libfabric >= 1.19.1 (have 1.18.0): because. Fix: upgrade"
     ]
@@ -211,6 +211,6 @@ def test_custom_rules_file(tmp_path):
     ],
 )
 def test_malformed_rules(tmp_path, text, match):
-    with pytest.raises(compat.RuleError, match=match):
-        compat.load_rules(write(tmp_path, text))
-    assert issubclass(compat.RuleError, EfaImageError)
+    with pytest.raises(rules.RuleError, match=match):
+        rules.load_rules(write(tmp_path, text))
+    assert issubclass(rules.RuleError, EfaImageError)

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from efa_image import cli, distribution, distribution_snippets, instance_types, smdistributed
-from efa_image.distribution import DistributionError
-from efa_image.instance_types import InstanceTypeError
+from efa_image import cli
+from efa_image.compat import smdistributed
+from efa_image.sagemaker import distribution, instance_types, snippets
+from efa_image.sagemaker.distribution import DistributionError
+from efa_image.sagemaker.instance_types import InstanceTypeError
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src/efa_image/data/sagemaker_instance_types.yml"
@@ -358,7 +360,7 @@ def test_v3_mpi_fields_are_checked_like_v2():
 
 
 def test_v3_snippet_uses_the_sdks_classes_and_refuses_smdistributed():
-    snippet = distribution_snippets.render_v3(distribution.recommend(P4D, "mpi"), P4D, "mpi")
+    snippet = snippets.render_v3(distribution.recommend(P4D, "mpi"), P4D, "mpi")
     assert "from sagemaker.train.distributed import MPI" in snippet
     assert "from sagemaker.train import ModelTrainer" in snippet
     # SDK v3's -np is process_count_per_node: the total, spread 8 per instance.
@@ -368,11 +370,11 @@ def test_v3_snippet_uses_the_sdks_classes_and_refuses_smdistributed():
         '"-x", "FI_PROVIDER=efa", "-x", "RDMAV_FORK_SAFE=1"],' in snippet
     )
     assert "every one on algo-1" in snippet
-    single = distribution_snippets.render_v3(distribution.recommend(P4D, "mpi"), P4D, "mpi", 1)
+    single = snippets.render_v3(distribution.recommend(P4D, "mpi"), P4D, "mpi", 1)
     assert "process_count_per_node=8,\n" in single and "ppr:" not in single
     for library in ("modelparallel", "dataparallel"):
         with pytest.raises(DistributionError, match="use --sdk v2"):
-            distribution_snippets.render_v3(distribution.recommend(P4D, library), P4D, library)
+            snippets.render_v3(distribution.recommend(P4D, library), P4D, library)
 
 
 # --- hyperparameters.json ----------------------------------------------------

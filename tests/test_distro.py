@@ -9,10 +9,13 @@ import json
 
 import pytest
 
-from efa_image import compat, compat_facts, context, distro, images, nearest, verify
+from efa_image.artifacts import context
+from efa_image.artifacts.lock import Artifact
+from efa_image.building import distro, images, nearest
+from efa_image.building.flavors import load_catalog
+from efa_image.compat import planned, rules
 from efa_image.errors import EfaImageError
-from efa_image.flavors import load_catalog
-from efa_image.lock import Artifact
+from efa_image.verification import verify
 
 TRIXIE = "updated yes\nsource candidate\nversion 2.1.0-1.1\nefa yes\n"
 # Debian 12's libfabric links libefa, but 1.17 lists no efa provider without a
@@ -41,7 +44,7 @@ REDUCED = load_catalog().roles("efa-reduced")
 
 def facts_for(probe: str, needed=(NCCL_WHEEL,), roles=REDUCED) -> dict[str, str]:
     found = distro.parse_probe(probe)
-    return compat_facts.compat_facts(list(needed), roles, DISTRO, images.BaseCuda(), found)
+    return planned.compat_facts(list(needed), roles, DISTRO, images.BaseCuda(), found)
 
 
 def test_the_probe_output_gives_the_upstream_version_and_the_efa_provider():
@@ -68,7 +71,7 @@ def test_the_distro_profile_installs_the_distributions_libfabric_and_open_mpi():
 def test_debian_13_libfabric_passes_with_nccl_from_the_wheel():
     facts = facts_for(TRIXIE)
     assert facts["libfabric"] == "2.1.0" and facts["libfabric_efa"] == "yes"
-    result = compat.check(facts)
+    result = rules.check(facts)
     assert result.ok, [v.message for v in result.violations]
     assert {"nccl-2.19-needs-distro-libfabric-1.19.1", "distro-libfabric-has-efa"} <= set(
         result.passed
@@ -78,7 +81,7 @@ def test_debian_13_libfabric_passes_with_nccl_from_the_wheel():
 def test_debian_12_libfabric_1_17_is_refused_with_a_clear_message(capsys):
     facts = facts_for(BOOKWORM)
     with pytest.raises(EfaImageError) as error:
-        compat_facts.check_compatibility(facts)
+        planned.check_compatibility(facts)
     message = str(error.value)
     assert message.startswith("incompatible versions, nothing was built:")
     assert "nccl 2.30.4 needs libfabric >= 1.19.1 (have 1.17.0)" in message
@@ -88,29 +91,29 @@ def test_debian_12_libfabric_1_17_is_refused_with_a_clear_message(capsys):
 
 
 def test_a_libfabric_package_without_the_efa_provider_is_refused():
-    result = compat.check(facts_for(NO_EFA))
+    result = rules.check(facts_for(NO_EFA))
     assert [v.rule for v in result.violations] == ["distro-libfabric-has-efa"]
     assert "efa_method package needs libfabric_efa yes (have no)" in result.violations[0].message
     assert "built without the EFA provider" in result.violations[0].message
 
 
 def test_without_the_probe_the_package_rules_are_skipped_not_passed():
-    facts = compat_facts.compat_facts([NCCL_WHEEL], REDUCED, DISTRO, images.BaseCuda())
-    skipped = {s.rule: s.why for s in compat.check(facts).skipped}
+    facts = planned.compat_facts([NCCL_WHEEL], REDUCED, DISTRO, images.BaseCuda())
+    skipped = {s.rule: s.why for s in rules.check(facts).skipped}
     assert skipped["nccl-2.19-needs-distro-libfabric-1.19.1"] == "no libfabric fact"
     assert skipped["distro-libfabric-has-efa"] == "no libfabric_efa fact"
 
 
 def test_the_plugin_cannot_build_against_libfabric_in_usr():
     roles = load_catalog().roles("efa")
-    result = compat.check(facts_for(TRIXIE, (NCCL_WHEEL, PLUGIN), roles))
+    result = rules.check(facts_for(TRIXIE, (NCCL_WHEEL, PLUGIN), roles))
     assert [v.rule for v in result.violations] == ["aws-ofi-nccl-needs-libfabric-outside-usr"]
     assert "-isystem /usr/include" in result.violations[0].message
     # The source profiles keep libfabric in /opt/amazon/efa: the rule does not apply there.
-    portable = compat_facts.compat_facts(
+    portable = planned.compat_facts(
         [NCCL_WHEEL, PLUGIN], roles, load_catalog().methods("portable"), images.BaseCuda()
     )
-    skipped = {s.rule: s.why for s in compat.check(portable).skipped}
+    skipped = {s.rule: s.why for s in rules.check(portable).skipped}
     assert skipped["aws-ofi-nccl-needs-libfabric-outside-usr"] == "no libfabric_in_usr fact"
 
 
@@ -143,7 +146,7 @@ def test_image_facts_of_a_distro_image_feed_the_libfabric_rules():
         "libfabric_in_usr": "yes",
         "nccl": "2.30.4",
     }
-    violations = [v.rule for v in compat.check(facts).violations]
+    violations = [v.rule for v in rules.check(facts).violations]
     assert violations == ["nccl-2.19-needs-distro-libfabric-1.19.1"]
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import dockerroot
 from efa_image.errors import EfaImageError
+from efa_image.setup import dockerroot
 
 # As on these machines: / without a journal, /var/lib/docker bound from it, then
 # the journaled image mounted over that.

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from efa_image import engine
 from efa_image.errors import EfaImageError
+from efa_image.setup import engine
 
 
 def dead_pid() -> int:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import cli, lock
+from efa_image import cli
+from efa_image.artifacts import lock
 from httpfixture import serve
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from efa_image import fi_info
+from efa_image.verification import fi_info
 
 SEED = Path(__file__).resolve().parents[1].parent / "shared/seeds/000_a65f4928320e2436.txt"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import build, fingerprint, images
-from efa_image.lock import Artifact
+from efa_image.artifacts.lock import Artifact
+from efa_image.building import build, fingerprint, images
 
 LIBFABRIC = Artifact("libfabric", "2.1.0", "efa", "libfabric.tar.xz", ("https://x/",), "a" * 64)
 OPENMPI = Artifact("openmpi", "5.0.7", "openmpi", "openmpi.tar.xz", ("https://y/",), "b" * 64)
@@ -100,7 +100,7 @@ def test_each_changed_input_changes_the_fingerprint(project, changes):
         "roles/artifact/defaults/main.yml",
         "playbooks/group_vars/all/flavors.yml",
         "packer/sources.pkr.hcl",
-        "src/efa_image/buildcache.py",
+        "src/efa_image/building/build_cache.py",
         "ansible.cfg",
         "plugins/strategy/mitogen_linear.py",
         "overlay.yml",

@@ -3,7 +3,7 @@ import textwrap
 import pytest
 import yaml
 
-from efa_image import lock
+from efa_image.artifacts import lock
 
 GOOD_SHA = "a" * 64
 
@@ -138,7 +138,7 @@ def test_set_sha256_rewrites_only_that_entry():
 
 
 def test_every_locked_role_and_method_is_known(root):
-    from efa_image import flavors
+    from efa_image.building import flavors
 
     catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
@@ -158,7 +158,7 @@ def test_every_locked_role_and_method_is_known(root):
 
 
 def test_flavour_selection_follows_the_profile(root):
-    from efa_image import flavors
+    from efa_image.building import flavors
 
     catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
@@ -179,7 +179,7 @@ def test_flavour_selection_follows_the_profile(root):
 
 
 def test_portable_profile_builds_from_debian_sources(root):
-    from efa_image import flavors
+    from efa_image.building import flavors
 
     catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
     overlay = catalog.overlay("portable")
@@ -198,7 +198,7 @@ def test_portable_profile_builds_from_debian_sources(root):
 
 def test_role_lock_applies_the_profiles_overlay_then_the_environments(tmp_path, monkeypatch):
     """What a molecule verifier expects: the lock as the playbooks resolve it for a profile."""
-    from efa_image import context
+    from efa_image.artifacts import context
 
     monkeypatch.delenv("EFA_IMAGE_LOCK_OVERLAY", raising=False)
     assert context.role_lock("portable").get("libfabric").version == "2.1.0"

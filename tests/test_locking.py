@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from efa_image.locking import exclusive
+from efa_image.filelock import exclusive
 
 TRY_LOCK = (
     "import fcntl, sys\n"

@@ -1,4 +1,4 @@
-from efa_image import multihost
+from efa_image.verification import multihost
 
 OUTPUT = """\
 [efa-mpi-1:00012] mca: base: components_open: opening mtl components

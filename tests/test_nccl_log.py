@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import nccl_log
+from efa_image.verification import nccl_log
 from nccl_lines import EFA_LINES
 
 DATA = Path(__file__).parent / "data" / "gpu"

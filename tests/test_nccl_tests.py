@@ -1,7 +1,7 @@
 import pytest
 
-from efa_image import nccl_tests
 from efa_image.errors import EfaImageError
+from efa_image.verification import nccl_tests
 
 SAMPLE = """\
 # nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0

@@ -5,10 +5,11 @@ import textwrap
 
 import pytest
 
-from efa_image import artifacts, build, context, nearest, preflight
+from efa_image.artifacts import artifact_store, context, preflight
+from efa_image.artifacts.lock import Artifact, Lock
+from efa_image.building import build, nearest
+from efa_image.building.flavors import Catalog
 from efa_image.errors import EfaImageError
-from efa_image.flavors import Catalog
-from efa_image.lock import Artifact, Lock
 from httpfixture import serve
 
 CONTENT = b"archive stand-in\n"
@@ -75,7 +76,7 @@ def make_lock(server, unreachable, versions=None):
 def fail(server, tmp_path, unreachable, versions=None, flavors=None, mirror=None):
     """The pre-flight's error for efa/aws with these artifacts unreachable."""
     loaded = make_lock(server, unreachable, versions)
-    store = artifacts.Store(cache_dir=tmp_path / "cache", timeout=2, mirror=mirror)
+    store = artifact_store.Store(cache_dir=tmp_path / "cache", timeout=2, mirror=mirror)
     ctx = context.Context(loaded, store, flavors or catalog(), [])
     ctx.by_profile.update(aws=loaded, portable=loaded)
     # upstream's lock names newer releases, from hosts these tests never reach.
@@ -182,7 +183,7 @@ def test_a_mirror_that_holds_everything_needs_no_suggestion(server, tmp_path, ca
         path = mirror / artifact.mirror_path()
         path.parent.mkdir(parents=True)
         path.write_bytes(CONTENT)
-    store = artifacts.Store(cache_dir=tmp_path / "cache", mirror=str(mirror), timeout=2)
+    store = artifact_store.Store(cache_dir=tmp_path / "cache", mirror=str(mirror), timeout=2)
     ctx = context.Context(loaded, store, catalog(), [])
     checks = preflight.run(ctx, ctx.select(None, "efa", "aws"))
     assert [check.artifact.name for check in checks] == ["efa_installer", "nccl", "nccl_tests"]
@@ -191,7 +192,7 @@ def test_a_mirror_that_holds_everything_needs_no_suggestion(server, tmp_path, ca
 
 def test_artifacts_chosen_by_name_get_no_suggestion(server, tmp_path):
     loaded = make_lock(server, {"efa_installer"})
-    store = artifacts.Store(cache_dir=tmp_path / "cache", timeout=2)
+    store = artifact_store.Store(cache_dir=tmp_path / "cache", timeout=2)
     ctx = context.Context(loaded, store, catalog(), [])
     with pytest.raises(EfaImageError) as info:
         preflight.run(ctx, ctx.select(["efa_installer"], None, None))
@@ -230,7 +231,7 @@ def test_each_profile_is_judged_with_its_own_lock_overlay(server, tmp_path):
         default_profile="upstream",
         overlays={"portable": overlay},
     )
-    store = artifacts.Store(cache_dir=tmp_path / "cache", timeout=2)
+    store = artifact_store.Store(cache_dir=tmp_path / "cache", timeout=2)
     ctx = context.load(lock_file, [], "", store, only_efa)
     assert ctx.overlays == [] and ctx.lock_for("portable").get("libfabric").version == "2.1.0"
     assert context.with_profile_overlay(only_efa, "portable", [overlay]) == [overlay]
@@ -245,7 +246,7 @@ def test_each_profile_is_judged_with_its_own_lock_overlay(server, tmp_path):
 def test_build_stops_at_the_preflight_with_the_same_advice(server, tmp_path, monkeypatch):
     monkeypatch.setattr(build, "project_root", lambda: tmp_path)
     loaded = make_lock(server, {"efa_installer", "aws_ofi_nccl", "nccl_tests"})
-    store = artifacts.Store(cache_dir=tmp_path / "cache", timeout=2)
+    store = artifact_store.Store(cache_dir=tmp_path / "cache", timeout=2)
     ctx = context.Context(loaded, store, catalog(), [])
     ctx.by_profile.update(dict.fromkeys(ctx.catalog.profiles, loaded))
     request = build.BuildRequest("efa", "aws", "base", "efa-image", None, ())

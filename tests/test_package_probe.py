@@ -1,7 +1,7 @@
 """common's package probe (roles/common/files/package-probe.sh): its checks of a file.
 
 The efa role (libfabric has the EFA provider) and the metis role (metis.h's
-index width) judge a package with the same script, and so does efa_image.distro.
+index width) judge a package with the same script, and so does efa_image.building.distro.
 Here the installed-package path runs against a stand-in `dpkg-query` (a generic
 fixture on PATH) that lists files written into a temporary directory; the
 candidate path (apt's .deb) runs in the molecule scenarios efa/package_refused
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import distro
+from efa_image.building import distro
 
 PROBE = Path(__file__).resolve().parents[1] / "roles/common/files/package-probe.sh"
 

@@ -2,7 +2,7 @@
 
 import re
 
-from efa_image import flavors
+from efa_image.building import flavors
 
 
 def allowed(root, variable):

@@ -1,4 +1,4 @@
-"""efa_image.push without a registry: repositories, ECR login, the verified-image gate and
+"""efa_image.building.push without a registry: repositories, ECR login, the verified-image gate and
 what a failed docker push says. The real pushes are tests/image/test_registry_push.py."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from efa_image import build, cli, fingerprint, images, push
+from efa_image import cli
+from efa_image.building import build, fingerprint, images, push
 from efa_image.errors import EfaImageError
 from efa_image.runner import CommandError, Result
 
@@ -293,7 +294,7 @@ def test_the_build_report_carries_the_pushed_digests():
 
 
 def test_setup_installs_the_registry_the_push_tests_serve():
-    from efa_image import toolchain
+    from efa_image.setup import toolchain
 
     assert "docker-registry" in [req.package for req in toolchain.REQUIREMENTS]
 

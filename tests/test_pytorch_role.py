@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from efa_image import compat, lock
+from efa_image.artifacts import lock
+from efa_image.compat import rules
 from localplay import lock_file, run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +84,7 @@ def test_an_image_nccl_older_than_torchs_build_is_a_violation():
 
 
 def test_without_torch_facts_the_torch_rules_are_skipped_not_passed():
-    result = compat.check({"nccl": "2.30.4"})
+    result = rules.check({"nccl": "2.30.4"})
     skipped = {s.rule: s.why for s in result.skipped}
     assert skipped["torch-nccl-matches-image-nccl"] == "no torch_nccl fact"
     assert skipped["image-nccl-not-older-than-torch-build"] == "no torch_nccl_built fact"

@@ -44,7 +44,7 @@ def test_pyproject_pins_every_tool_exactly():
 
 
 def test_setup_installs_with_the_pinned_uv():
-    from efa_image import toolchain
+    from efa_image.setup import toolchain
 
     (pin,) = toolchain.setup_requirements(ROOT)
     assert pin.startswith("uv==")

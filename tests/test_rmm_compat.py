@@ -2,9 +2,11 @@
 
 import pytest
 
-from efa_image import compat, compat_facts, images, lock
+from efa_image.artifacts import lock
+from efa_image.artifacts.lock import Artifact
+from efa_image.building import images
+from efa_image.compat import planned, rules
 from efa_image.errors import EfaImageError
-from efa_image.lock import Artifact
 
 RULE = "rmm-cuda-major-matches-base"
 WHEEL_12 = "librmm_cu12-26.10.0-py3-none-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl"
@@ -24,25 +26,25 @@ def wheel(filename: str) -> Artifact:
 
 
 def test_cuda_major_from_the_wheel_name():
-    assert compat.rmm_cuda_major(WHEEL_12) == "12"
-    assert compat.rmm_cuda_major(WHEEL_13) == "13"
-    assert compat.rmm_cuda_major("librmm-cu11==24.2.0") == "11"
-    assert compat.rmm_cuda_major("nvidia_nccl_cu12-2.30.4-py3-none-any.whl") is None
-    assert compat.rmm_cuda_major("rmm-26.10.00.tar.gz") is None
+    assert rules.rmm_cuda_major(WHEEL_12) == "12"
+    assert rules.rmm_cuda_major(WHEEL_13) == "13"
+    assert rules.rmm_cuda_major("librmm-cu11==24.2.0") == "11"
+    assert rules.rmm_cuda_major("nvidia_nccl_cu12-2.30.4-py3-none-any.whl") is None
+    assert rules.rmm_cuda_major("rmm-26.10.00.tar.gz") is None
 
 
 def test_the_locks_wheel_names_its_cuda_major(root):
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
-    assert compat.rmm_cuda_major(loaded.get("rmm_wheel").filename) == "12"
+    assert rules.rmm_cuda_major(loaded.get("rmm_wheel").filename) == "12"
 
 
 def test_rule_is_packaged():
-    assert RULE in {rule.id for rule in compat.load_rules()}
+    assert RULE in {rule.id for rule in rules.load_rules()}
 
 
 def test_matching_major_passes_and_another_is_a_violation_naming_the_fix():
-    assert RULE in compat.check({"rmm_cuda_major": "12", "base_cuda_major": "12"}).passed
-    result = compat.check({"rmm_cuda_major": "12", "base_cuda_major": "13"})
+    assert RULE in rules.check({"rmm_cuda_major": "12", "base_cuda_major": "12"}).passed
+    result = rules.check({"rmm_cuda_major": "12", "base_cuda_major": "13"})
     [violation] = [v for v in result.violations if v.rule == RULE]
     head = "rmm_cuda_major 12 must be == 13 (from base_cuda_major 13): "
     assert violation.message.startswith(head)
@@ -50,9 +52,9 @@ def test_matching_major_passes_and_another_is_a_violation_naming_the_fix():
 
 
 def test_rule_is_skipped_without_cuda_in_the_base_or_without_the_wheel():
-    skipped = {s.rule: s.why for s in compat.check({"rmm_cuda_major": "12"}).skipped}
+    skipped = {s.rule: s.why for s in rules.check({"rmm_cuda_major": "12"}).skipped}
     assert skipped[RULE] == "no base_cuda_major fact"
-    skipped = {s.rule: s.why for s in compat.check({"base_cuda_major": "12"}).skipped}
+    skipped = {s.rule: s.why for s in rules.check({"base_cuda_major": "12"}).skipped}
     assert skipped[RULE] == "no rmm_cuda_major fact"
 
 
@@ -65,16 +67,16 @@ def test_rule_is_skipped_without_cuda_in_the_base_or_without_the_wheel():
     ],
 )
 def test_facts_name_the_wheels_major_where_the_flavour_installs_it(roles, needed, expected):
-    facts = compat_facts.compat_facts(needed, roles, {}, images.BaseCuda("/usr/local/cuda", "12.4"))
+    facts = planned.compat_facts(needed, roles, {}, images.BaseCuda("/usr/local/cuda", "12.4"))
     assert facts.get("rmm_cuda_major") == expected
     assert facts["base_cuda_major"] == "12"
 
 
 def test_a_wheel_for_another_major_stops_the_build():
-    facts = compat_facts.compat_facts(
+    facts = planned.compat_facts(
         [wheel(WHEEL_13)], ["rmm"], {}, images.BaseCuda("/usr/local/cuda", "12.4")
     )
     with pytest.raises(EfaImageError, match="nothing was built") as info:
-        compat_facts.check_compatibility(facts)
+        planned.check_compatibility(facts)
     assert "rmm_cuda_major 13 must be == 12" in str(info.value)
     assert "https://docs.rapids.ai/install/#pip" in str(info.value)

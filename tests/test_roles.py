@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from efa_image import roledocs
+import roledocs
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = roledocs.roles(ROOT)

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from efa_image import context, flavors, lock, preflight, smdistributed
-from efa_image.smdistributed import Image, Pin, SelectionError
+from efa_image.artifacts import context, lock, preflight
+from efa_image.building import flavors
+from efa_image.compat import smdistributed
+from efa_image.compat.smdistributed import Image, Pin, SelectionError
 from localplay import lock_file, run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]

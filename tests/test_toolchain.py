@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import toolchain
 from efa_image.errors import EfaImageError
+from efa_image.setup import toolchain
 
 DEBIAN = {"ID": "debian", "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"}
 UBUNTU = {"ID": "ubuntu", "ID_LIKE": "debian", "PRETTY_NAME": "Ubuntu 24.04 LTS"}

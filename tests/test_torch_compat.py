@@ -10,8 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from efa_image import base, build, compat, compat_facts, context, images, lock, preflight
-from efa_image.artifacts import Store
+from efa_image.artifacts import context, lock, preflight
+from efa_image.artifacts.artifact_store import Store
+from efa_image.building import base, build, images
+from efa_image.compat import planned, rules
 from efa_image.errors import EfaImageError
 
 RULES = ("torch-nccl-matches-image-nccl", "image-nccl-not-older-than-torch-build")
@@ -34,7 +36,7 @@ def load(tmp_path, overlay: str | None = None) -> context.Context:
 def facts_of(ctx: context.Context) -> dict[str, str]:
     needed = ctx.select(None, FLAVOR, PROFILE).artifacts
     methods = ctx.catalog.methods(PROFILE)
-    return compat_facts.compat_facts(needed, ctx.catalog.roles(FLAVOR), methods, images.BaseCuda())
+    return planned.compat_facts(needed, ctx.catalog.roles(FLAVOR), methods, images.BaseCuda())
 
 
 def test_the_locks_pytorch_set_names_the_nccl_torch_was_built_with(root):
@@ -50,17 +52,17 @@ def test_the_real_lock_passes_both_rules(tmp_path):
     assert facts["torch_nccl_built"] == "2.21.5"
     # The set leaves NVIDIA's NCCL wheel out: torch loads the image's.
     assert facts["torch_nccl"] == facts["nccl"] == "2.30.4"
-    result = compat.check(facts)
+    result = rules.check(facts)
     assert set(RULES) <= set(result.passed), result.skipped
 
 
 def test_without_pytorch_in_the_flavour_the_rules_are_skipped(tmp_path):
     ctx = load(tmp_path)
     needed = ctx.select(None, "efa-reduced", PROFILE).artifacts
-    facts = compat_facts.compat_facts(
+    facts = planned.compat_facts(
         needed, ctx.catalog.roles("efa-reduced"), ctx.catalog.methods(PROFILE), images.BaseCuda()
     )
-    skipped = {s.rule: s.why for s in compat.check(facts).skipped}
+    skipped = {s.rule: s.why for s in rules.check(facts).skipped}
     assert skipped["image-nccl-not-older-than-torch-build"] == "no torch_nccl_built fact"
     assert skipped["torch-nccl-matches-image-nccl"] == "no torch_nccl fact"
 
@@ -127,7 +129,7 @@ def test_a_set_that_installs_its_own_nccl_wheel_is_refused_naming_the_exclude(tm
     with_wheel = [replace(a, wheelset_excluded=()) if a.wheelset else a for a in needed]
     roles, methods = ctx.catalog.roles(FLAVOR), ctx.catalog.methods(PROFILE)
     with pytest.raises(EfaImageError) as error:
-        compat_facts.check_lock_compatibility([*with_wheel, nccl], roles, methods)
+        planned.check_lock_compatibility([*with_wheel, nccl], roles, methods)
     message = str(error.value)
     assert "torch_nccl 2.21.5 must be == 2.30 (from nccl 2.30.4)" in message
     assert "resolve.exclude" in message and "efa-image lock update pytorch" in message

@@ -1,7 +1,7 @@
 import json
 from pathlib import Path
 
-from efa_image import nccl_log, verify
+from efa_image.verification import nccl_log, verify
 from nccl_lines import EFA_LINES
 
 VERSION = "/opt/amazon/efa/bin/fi_info: 2.1.0\nlibfabric: 2.1.0\nlibfabric api: 2.1\n"
@@ -169,7 +169,7 @@ def test_installer_images_old_and_new_method_names_give_the_same_facts():
         assert [v.rule for v in result.violations] == ["nccl-2.19-needs-efa-installer-1.29"]
 
 
-# --perf judged on what NCCL said (efa_image.nccl_log; the logs: tests/data/gpu, and
+# --perf judged on what NCCL said (efa_image.verification.nccl_log; the logs: tests/data/gpu, and
 # the EFA lines tests/test_nccl_log.py derives from the pinned versions' format strings).
 GPU_DATA = Path(__file__).parent / "data" / "gpu"
 

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from efa_image import buildcache
+from efa_image.building import build_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = str(ROOT / "scripts" / "wait-for-build-cache")
@@ -24,7 +24,7 @@ def env(log: Path, cache: Path | str) -> dict[str, str]:
 
 
 def store(cache: Path, component: str) -> None:
-    buildcache.store(cache, component, "0" * 64, lambda path: path.write_bytes(b"tree"))
+    build_cache.store(cache, component, "0" * 64, lambda path: path.write_bytes(b"tree"))
 
 
 def start(log: Path, cache: Path) -> subprocess.Popen[str]:

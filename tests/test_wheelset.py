@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from efa_image import artifacts, cli, lock, wheelset
+from efa_image import cli
+from efa_image.artifacts import artifact_store, lock, wheelset
 from localplay import lock_file, run_playbook
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -390,11 +391,11 @@ def test_the_artifact_role_resolves_a_set_into_one_item_per_file(tmp_path):
 def test_every_file_of_a_set_is_verified_before_use(tmp_path):
     """The cache refuses a member whose bytes are not the lock's, as for any artifact."""
     member_artifact = parse({"torchset": set_entry()})["torchset/dep-a"]
-    store = artifacts.Store(cache_dir=tmp_path / "cache")
+    store = artifact_store.Store(cache_dir=tmp_path / "cache")
     cached = store.cached_path(member_artifact)
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"not the wheel")
-    with pytest.raises(artifacts.ChecksumMismatch, match=r"torchset/dep-a 2\.0"):
+    with pytest.raises(artifact_store.ChecksumMismatch, match=r"torchset/dep-a 2\.0"):
         store.get(member_artifact)
     assert list((tmp_path / "cache" / "quarantine").iterdir())
 

@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from efa_image.artifacts import ArtifactError, Store, sha256_of
+from efa_image.artifacts.artifact_store import ArtifactError, Store, sha256_of
+from efa_image.artifacts.lock import Artifact, Lock
 from efa_image.errors import EfaImageError
-from efa_image.lock import Artifact, Lock
 from efa_image.paths import project_root
 
 DOC_DOCKERFILE = Path("bench/aws-doc-recipe/Dockerfile")
@@ -394,7 +394,7 @@ def _stream(argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
 
 
 def image_size(ref: str) -> int:
-    from efa_image import images
+    from efa_image.building import images
 
     return images.image_size(ref)
 
@@ -441,7 +441,7 @@ def obtain(artifact: Artifact, mirror: str | None) -> Path:
 
 class Bench:
     def __init__(self, options: Options, work: Path) -> None:
-        from efa_image.flavors import load_catalog
+        from efa_image.building.flavors import load_catalog
 
         self.options = options
         self.work = work
@@ -456,8 +456,8 @@ class Bench:
 
     def lock(self, profile: str, bump: bool = False) -> Lock:
         """The lock as `efa-image build --profile PROFILE` loads it (bump: with the overlay)."""
-        from efa_image import lock
-        from efa_image.context import with_profile_overlay
+        from efa_image.artifacts import lock
+        from efa_image.artifacts.context import with_profile_overlay
 
         overlays = [*lock.env_overlays(), *([self.options.root / BUMP_OVERLAY] if bump else [])]
         return lock.load(None, with_profile_overlay(self.catalog, profile, overlays))
@@ -554,7 +554,7 @@ class Bench:
             )
 
     def all(self) -> None:
-        from efa_image import base
+        from efa_image.building import base
 
         options = self.options
         print(base.ensure_ref(options.base_image), flush=True)
@@ -647,8 +647,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from efa_image.engine import ensure_docker
-    from efa_image.flavors import load_catalog
+    from efa_image.building.flavors import load_catalog
+    from efa_image.setup.engine import ensure_docker
 
     args, build_options = parse_args(sys.argv[1:] if argv is None else argv)
     root = project_root()

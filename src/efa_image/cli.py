@@ -14,14 +14,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from efa_image import __version__, base, toolchain
-from efa_image.engine import ensure_docker
+from efa_image import __version__
+from efa_image.building import base
 from efa_image.errors import EfaImageError
+from efa_image.setup import toolchain
+from efa_image.setup.engine import ensure_docker
 from efa_image.timing import StepTimer
 
 if TYPE_CHECKING:  # these need PyYAML, which `setup` runs without
-    from efa_image.artifacts import Store
-    from efa_image.context import Context, Selection
+    from efa_image.artifacts.artifact_store import Store
+    from efa_image.artifacts.context import Context, Selection
 
 WORKFLOW = """\
 workflow:
@@ -69,9 +71,9 @@ def cmd_base(args: argparse.Namespace) -> None:
 
 
 def _store(args: argparse.Namespace, allow_unpinned: bool = False) -> Store:
-    from efa_image import artifacts
+    from efa_image.artifacts import artifact_store
 
-    return artifacts.Store(
+    return artifact_store.Store(
         cache_dir=Path(args.cache) if args.cache else None,
         mirror=args.mirror or None,
         allow_unpinned=allow_unpinned or getattr(args, "allow_unpinned", False),
@@ -80,8 +82,8 @@ def _store(args: argparse.Namespace, allow_unpinned: bool = False) -> Store:
 
 
 def _context(args: argparse.Namespace, allow_unpinned: bool = False) -> Context:
-    """The lock, store and catalog the options name (see efa_image.context)."""
-    from efa_image import context
+    """The lock, store and catalog the options name (see efa_image.artifacts.context)."""
+    from efa_image.artifacts import context
 
     store = _store(args, allow_unpinned)
     # Selection by name alone, and the lock subcommands, use no profile's overlay.
@@ -100,7 +102,7 @@ def _select(args: argparse.Namespace, context: Context, everything: bool) -> Sel
 
 
 def cmd_fetch(args: argparse.Namespace) -> None:
-    from efa_image import preflight
+    from efa_image.artifacts import preflight
 
     context = _context(args)
     checks = preflight.run(context, _select(args, context, everything=False))
@@ -113,7 +115,7 @@ def cmd_fetch(args: argparse.Namespace) -> None:
 
 
 def cmd_mirror_create(args: argparse.Namespace) -> None:
-    from efa_image import mirror, preflight
+    from efa_image.artifacts import mirror, preflight
 
     context = _context(args)
     selection = _select(args, context, everything=True)
@@ -133,7 +135,7 @@ def cmd_lock_list(args: argparse.Namespace) -> None:
 
 
 def cmd_lock_update(args: argparse.Namespace) -> None:
-    from efa_image import lock, pin, wheelset
+    from efa_image.artifacts import lock, pin, wheelset
 
     lock_path = Path(args.lock) if args.lock else lock.default_lock_path()
     # A wheel set is resolved before the lock can parse it (its wheels may not exist yet).
@@ -161,7 +163,7 @@ def cmd_lock_update(args: argparse.Namespace) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> None:
-    from efa_image import build, push
+    from efa_image.building import build, push
 
     context = _context(args)
     ensure_docker()
@@ -193,14 +195,14 @@ def cmd_build(args: argparse.Namespace) -> None:
 
 
 def cmd_push(args: argparse.Namespace) -> None:
-    from efa_image import push
+    from efa_image.building import push
 
     ensure_docker()
     push.push(args.image, args.repository)
 
 
 def cmd_verify(args: argparse.Namespace) -> None:
-    from efa_image import cluster, containers, multihost, verify
+    from efa_image.verification import cluster, containers, multihost, verify
 
     if args.hostfile:
         path = Path(args.hostfile)
@@ -245,7 +247,7 @@ def cmd_verify(args: argparse.Namespace) -> None:
 
 def verify_log(args: argparse.Namespace) -> None:
     """Judge an all_reduce_perf log run elsewhere (the --sbatch script's)."""
-    from efa_image import cluster, verify
+    from efa_image.verification import cluster, verify
 
     path = Path(args.log)
     if not path.is_file():
@@ -269,7 +271,7 @@ def verify_log(args: argparse.Namespace) -> None:
 
 def verify_across(args: argparse.Namespace) -> None:
     """Every host over SSH, then one job across them all, started on the first."""
-    from efa_image import cluster, verify
+    from efa_image.verification import cluster, verify
 
     hosts = [host for host in args.across.split(",") if host]
     if len(hosts) < 2:
@@ -317,9 +319,9 @@ def verify_across(args: argparse.Namespace) -> None:
 
 
 def cmd_distribution(args: argparse.Namespace) -> None:
-    from efa_image import distribution as dist
-    from efa_image import distribution_snippets as snippets
-    from efa_image.instance_types import instance_type
+    from efa_image.sagemaker import distribution as dist
+    from efa_image.sagemaker import snippets as snippets
+    from efa_image.sagemaker.instance_types import instance_type
 
     itype = instance_type(args.instance_type)
     if args.check and (args.processes_per_host is not None or args.efa is not None):

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from efa_image.images import OWNER_LABEL
+from efa_image.building.images import OWNER_LABEL
 
 FLAVOR = os.environ.get("EFA_IMAGE_TEST_FLAVOR", "efa")
 PROFILE = os.environ.get("EFA_IMAGE_TEST_PROFILE", "portable")

@@ -34,8 +34,8 @@ import pytest
 import vmhost
 from imagebuild import FLAVOR, PROFILE
 
-from efa_image import multihost
 from efa_image.paths import project_root
+from efa_image.verification import multihost
 
 ROOT = project_root()
 VENV_PATH = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"

@@ -25,8 +25,9 @@ from imagebuild import (
     docker,
 )
 
-from efa_image import buildcache, multihost
+from efa_image.building import build_cache
 from efa_image.paths import project_root
+from efa_image.verification import multihost
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_compiled_components_went_through_the_build_cache(built):
     cheaper than a cache entry)."""
     assert built["build_cache"].keys() == {"libfabric", "openmpi", "nccl"}, built["build_cache"]
     assert built["build_cache"]["nccl"] == "off"
-    cache = buildcache.cache_dir()
+    cache = build_cache.cache_dir()
     assert cache is not None
     for component in ("libfabric", "openmpi"):
         assert built["build_cache"][component] in {"hit", "miss"}, built["build_cache"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import lock
+from efa_image.artifacts import lock
 
 ROOT = Path(__file__).resolve().parents[2]
 # The distro profile's image: test_distro_profile.py built it with the CLI in the same

@@ -34,8 +34,8 @@ import pytest
 from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
 
 import sagemaker_job
-from efa_image import multihost
 from efa_image.paths import project_root
+from efa_image.verification import multihost
 
 FLAVOR = "sagemaker-reduced"
 BASE = "efa-image/base:debian12"
@@ -221,7 +221,7 @@ def hyperparameters(program: str, library: str = "mpi") -> dict[str, str]:
     distribution --hyperparameters` where that command exists, else the keys the
     SageMaker Python SDK v2 writes for distribution={"mpi": {...}} (values
     JSON-encoded) and, for model parallel, its mp_parameters."""
-    if importlib.util.find_spec("efa_image.distribution") is not None:
+    if importlib.util.find_spec("efa_image.sagemaker.distribution") is not None:
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "hyperparameters.json"
             argv = [sys.executable, "-m", "efa_image", "distribution", "--instance-type"]

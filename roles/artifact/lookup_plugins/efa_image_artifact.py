@@ -103,7 +103,7 @@ class LookupModule(LookupBase):
         if not isinstance(self.get_option("lock"), dict):
             raise AnsibleLookupError(NO_LOCK)
         try:
-            from efa_image import artifacts, lock
+            from efa_image.artifacts import artifact_store, lock
         except ImportError as exc:
             raise AnsibleLookupError(
                 "efa_image_artifact needs the efa_image package in Ansible's Python: "
@@ -115,7 +115,7 @@ class LookupModule(LookupBase):
                 overlay_paths(self.get_option("overlays")),
                 "group_vars",
             )
-            store = artifacts.Store(
+            store = artifact_store.Store(
                 cache_dir=Path(self.get_option("cache")) if self.get_option("cache") else None,
                 mirror=self.get_option("mirror") or None,
                 allow_unpinned=self.get_option("allow_unpinned"),
@@ -138,7 +138,7 @@ class LookupModule(LookupBase):
                     # Where the file lies inside the cache, for a target that sees
                     # the cache mounted (artifact_cache_mount).
                     result["cache_path"] = str(path.relative_to(store.cache_dir))
-                    result["sha256"] = artifact.sha256 or artifacts.sha256_of(path)
+                    result["sha256"] = artifact.sha256 or artifact_store.sha256_of(path)
                 results.append(result)
         except Exception as exc:  # efa_image errors carry the message users need
             raise AnsibleLookupError(str(exc)) from exc

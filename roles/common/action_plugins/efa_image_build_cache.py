@@ -1,4 +1,6 @@
-"""Action `efa_image_build_cache`: the build cache on the controller (efa_image.buildcache).
+"""Action `efa_image_build_cache`: the build cache on the controller.
+
+The cache itself is efa_image.building.build_cache.
 
 Look up (no `store`): computes the key from the inputs and the target's probe
 (common's _common_build_cache_probe_script: OS release and architecture, dpkg
@@ -18,7 +20,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from efa_image import buildcache
+from efa_image.building import build_cache
 
 
 class ActionModule(ActionBase):
@@ -29,13 +31,13 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         component = str(args.get("component", ""))
-        directory = buildcache.cache_dir(str(args.get("cache") or ""))
+        directory = build_cache.cache_dir(str(args.get("cache") or ""))
         try:
             if args.get("store"):
                 remote, digest = str(args["store"]), str(args.get("key", ""))
                 return result | self._store(directory, component, remote, digest)
-            probe = buildcache.probe_sections(str(args.get("probe", "")))
-            digest = buildcache.key(
+            probe = build_cache.probe_sections(str(args.get("probe", "")))
+            digest = build_cache.key(
                 component,
                 args.get("inputs") or {},
                 probe.get("os", ""),
@@ -43,9 +45,9 @@ class ActionModule(ActionBase):
                 baseline=probe.get("baseline"),
                 policy=probe.get("policy", ""),
             )
-        except (buildcache.BuildCacheError, OSError) as exc:
+        except (build_cache.BuildCacheError, OSError) as exc:
             raise AnsibleActionFail(str(exc)) from exc
-        found = buildcache.lookup(directory, component, digest) if directory else None
+        found = build_cache.lookup(directory, component, digest) if directory else None
         return result | {
             "changed": False,
             "enabled": directory is not None,
@@ -66,5 +68,5 @@ class ActionModule(ActionBase):
         def fetch(local: Path) -> None:
             self._connection.fetch_file(remote, str(local))
 
-        path = buildcache.store(directory, component, digest, fetch)
+        path = build_cache.store(directory, component, digest, fetch)
         return {"changed": True, "path": str(path), "key": digest}

@@ -1,4 +1,6 @@
-"""Action `efa_image_build_decision`: whether a component must be built (efa_image.buildrecord).
+"""Action `efa_image_build_decision`: whether a component must be built.
+
+The decision itself is efa_image.building.install_record.
 
 Reads the component's install record on the target (slurp, through whatever
 connection the play uses), compares the recorded inputs with the wanted ones
@@ -14,7 +16,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from efa_image import buildrecord
+from efa_image.building import install_record
 
 
 class ActionModule(ActionBase):
@@ -35,11 +37,11 @@ class ActionModule(ActionBase):
             task_vars=task_vars,
         )
         text = base64.b64decode(read["content"]).decode() if not read.get("failed") else None
-        decision = buildrecord.decide(text, inputs, bool(args.get("force")))
+        decision = install_record.decide(text, inputs, bool(args.get("force")))
         return result | {
             "changed": False,
             "build": decision.build,
             "reasons": decision.reasons,
             "msg": decision.render(component),
-            "record": buildrecord.record(component, inputs),
+            "record": install_record.record(component, inputs),
         }

@@ -14,7 +14,7 @@
 # minbase images; that changes no installed package).
 # Called through common's tasks_from package_probe by the roles' preflights
 # (efa: libfabric, metis: metis.h), and by `efa-image build` before a build
-# (efa_image.distro), so the role and the CLI judge a package the same way.
+# (efa_image.building.distro), so the role and the CLI judge a package the same way.
 set -eu
 package=$1
 member=$2

@@ -1,5 +1,5 @@
 """Filters of the pytorch role: which wheels a target's Python takes, and the
-compatibility rules (efa_image.compat, the same rules `efa-image build` and
+compatibility rules (efa_image.compat.rules, the same rules `efa-image build` and
 `efa-image verify` apply) on what the role measured in the image."""
 
 from __future__ import annotations
@@ -57,22 +57,22 @@ def wheel_pythons(filenames: list[str]) -> list[str]:
 
 def nccl_version(code: Any) -> str:
     """ncclGetVersion's code as 'X.Y.Z'."""
-    from efa_image import compat
+    from efa_image.compat import rules
 
-    return compat.nccl_version_from_code(int(code))
+    return rules.nccl_version_from_code(int(code))
 
 
 def compatibility(facts: dict[str, Any]) -> dict[str, list[str]]:
     """Every rule of efa_image/data/compatibility.yml on `facts`: violations (with the
     rule's fix and reference), passed rule ids, and skipped ones with why."""
     try:
-        from efa_image import compat
+        from efa_image.compat import rules
     except ImportError as exc:
         raise AnsibleFilterError(
             "pytorch_compatibility needs the efa_image package in Ansible's Python: "
             "run ansible from the project's virtualenv (make setup)"
         ) from exc
-    result = compat.check(facts)
+    result = rules.check(facts)
     return {
         "violations": [f"{v.rule}: {v.message} ({v.reference})" for v in result.violations],
         "passed": list(result.passed),

@@ -7,7 +7,7 @@ returns {ok, message, image, builds}: per wanted library the build of
 efa_image/data/smdistributed_builds.yml that the lock entry pins, or in
 `message` every refusal (no build for this PyTorch/CUDA/Python, a lock entry
 for another one, an unpinned wheel, no PyTorch at all). The rules are
-efa_image.smdistributed's, the same code `efa-image build`'s pre-flight runs;
+efa_image.compat.smdistributed's, the same code `efa-image build`'s pre-flight runs;
 the role turns a refusal into a failed assert, before it changes anything.
 """
 
@@ -23,7 +23,7 @@ def smdistributed_plan(
     probe: Mapping[str, Any], pins: Mapping[str, Mapping[str, Any]], allow_unpinned: bool = False
 ) -> dict[str, Any]:
     try:
-        from efa_image import smdistributed
+        from efa_image.compat import smdistributed
     except ImportError as exc:
         raise AnsibleFilterError(
             "smdistributed_plan needs the efa_image package in Ansible's Python: "

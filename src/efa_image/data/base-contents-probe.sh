@@ -1,6 +1,6 @@
 #!/bin/sh
 # What a base image already holds of the components `efa-image build` installs,
-# read without changing anything (efa_image.basecontents runs it in a
+# read without changing anything (efa_image.building.basecontents runs it in a
 # throw-away container of the base). Prints one line per fact:
 #   <component> <key> <value>
 # with key prefix (where it is), version, and for the efa component installer

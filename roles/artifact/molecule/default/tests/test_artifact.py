@@ -2,7 +2,7 @@
 
 import pytest
 
-from efa_image import context
+from efa_image.artifacts import context
 
 LOCK = context.role_lock()
 VENV = "/opt/efa-image/venv"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from efa_image import context
+from efa_image.artifacts import context
 
 LOCK = context.role_lock()
 PLUGIN = "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so"

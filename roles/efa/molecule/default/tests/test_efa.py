@@ -2,7 +2,8 @@
 
 import json
 
-from efa_image import context, verify
+from efa_image.artifacts import context
+from efa_image.verification import verify
 
 LIBFABRIC = context.role_lock("portable").get("libfabric")
 PREFIX = "/opt/amazon/efa"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from efa_image import context
+from efa_image.artifacts import context
 
 METIS = context.role_lock("portable").get("metis")
 CHECK = (Path(__file__).parents[3] / "files" / "metis_check.py").read_text()

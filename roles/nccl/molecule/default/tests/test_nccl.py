@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from efa_image import context
+from efa_image.artifacts import context
 
 WHEEL = context.role_lock().get("nccl_wheel")
 PACKAGE_VERSION = "2.22.3"

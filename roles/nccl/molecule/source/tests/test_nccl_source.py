@@ -4,7 +4,7 @@ import json
 import os
 import re
 
-from efa_image import context
+from efa_image.artifacts import context
 
 NCCL = context.role_lock().get("nccl")
 VERSION = NCCL.version.split("-")[0]

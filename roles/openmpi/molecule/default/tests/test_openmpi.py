@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from efa_image import context
+from efa_image.artifacts import context
 
 LOCK = context.role_lock("portable")
 OPENMPI = LOCK.get("openmpi")

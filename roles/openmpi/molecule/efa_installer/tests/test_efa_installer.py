@@ -1,6 +1,7 @@
 """The AWS EFA installer in container mode, and the Open MPI it installs."""
 
-from efa_image import context, verify
+from efa_image.artifacts import context
+from efa_image.verification import verify
 
 INSTALLER = context.role_lock().get("efa_installer")
 

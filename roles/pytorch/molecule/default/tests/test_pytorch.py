@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from efa_image import context, lock
+from efa_image.artifacts import context, lock
 
 LOCK = context.role_lock()
 WHEELS = LOCK.select(["pytorch"])

@@ -2,7 +2,7 @@
 
 import json
 
-from efa_image import context
+from efa_image.artifacts import context
 
 LOCK = context.role_lock()
 SOURCE = LOCK.get("rmm")

@@ -3,7 +3,7 @@
 import json
 import shlex
 
-from efa_image import context
+from efa_image.artifacts import context
 
 LOCK = context.role_lock()
 TOOLKIT = LOCK.get("sagemaker_training/sagemaker-training")

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from efa_image import context, smdistributed
+from efa_image.artifacts import context
+from efa_image.compat import smdistributed
 
 WHEEL = context.role_lock("portable").get("smdistributed_dataparallel")
 PYTHON = "/opt/efa-image/venv/bin/python"

@@ -1,0 +1,1 @@
+"""Artifacts and locks: the pinned lock, fetching into a verified store, mirrors, pinning."""

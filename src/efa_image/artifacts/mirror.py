@@ -1,0 +1,73 @@
+"""Offline mirrors: every artifact of a lock in a directory anyone can serve.
+
+Layout (documented in README.md):
+    <mirror>/<name>/<version>/<filename>   the artifact, byte for byte
+    <mirror>/SHA256SUMS                    `sha256sum -c` compatible
+    <mirror>/index.json                    name, version, filename, sha256, role, path
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from efa_image.artifacts.artifact_store import Store, sha256_of
+from efa_image.artifacts.lock import Artifact
+
+
+def place(store: Store, artifact: Artifact, root: Path) -> str:
+    """Put the verified artifact into the mirror; return 'linked', 'copied' or 'present'.
+
+    A hard link where the mirror and the cache share a filesystem: make test's CI
+    mirror is 3.1 GB, which was copied and then hashed again for the index. The
+    store verified the file against the lock's sha256, so nothing is hashed again.
+    """
+    source = store.get(artifact)
+    target = root / artifact.mirror_path()
+    if target.is_file() and (
+        os.path.samefile(target, source) or sha256_of(target) == artifact.sha256
+    ):
+        return "present"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    partial.unlink(missing_ok=True)
+    try:
+        os.link(source, partial)
+        placed = "linked"
+    except OSError:
+        shutil.copyfile(source, partial)
+        placed = "copied"
+    os.chmod(partial, 0o644)
+    os.replace(partial, target)
+    return placed
+
+
+def write_index(root: Path, artifacts: list[Artifact]) -> None:
+    """Index every artifact the mirror holds, including those placed by earlier runs."""
+    index_path = root / "index.json"
+    entries = {}
+    if index_path.is_file():
+        entries = {(e["name"], e["version"]): e for e in json.loads(index_path.read_text())}
+    for artifact in artifacts:
+        entries[(artifact.name, artifact.version)] = {
+            "name": artifact.name,
+            "version": artifact.version,
+            "role": artifact.role,
+            "filename": artifact.filename,
+            # place() left the lock's verified file there.
+            "sha256": artifact.sha256 or sha256_of(root / artifact.mirror_path()),
+            "path": artifact.mirror_path(),
+        }
+    ordered = [entries[key] for key in sorted(entries)]
+    index_path.write_text(json.dumps(ordered, indent=2) + "\n")
+    sums = "".join(f"{entry['sha256']}  {entry['path']}\n" for entry in ordered)
+    (root / "SHA256SUMS").write_text(sums)
+
+
+def create(store: Store, artifacts: list[Artifact], root: Path) -> None:
+    """Place every artifact into the mirror at root, then write its index."""
+    for artifact in artifacts:
+        print(f"  {artifact.mirror_path()}: {place(store, artifact, root)}", flush=True)
+    write_index(root, artifacts)

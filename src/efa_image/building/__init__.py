@@ -1,0 +1,1 @@
+"""Building images: base images, the build pipeline, Packer, the build cache, fingerprints, push."""

@@ -1,0 +1,138 @@
+"""The compatibility rules (efa_image.compat.rules) applied to a planned build.
+
+Before a build starts, the version facts come from the lock entries it needs,
+the profile's methods, the base image's CUDA and, where the efa role installs
+the distribution's libfabric (method package), the base image's libfabric
+package (efa_image.building.distro); the rules' outcome is printed
+and a violation stops the build before any build work.
+
+The torch side comes from the pytorch wheel set (efa_image.artifacts.lock): torch's
+version and CUDA from its wheels' file names, the NCCL it was built with from
+the nvidia-nccl-cuXX it pins (left out of the set, `excluded`, or a file of it),
+and the NCCL it will load: that wheel's where the set installs it (its RPATH
+wins), else the image's (the pytorch role makes ld.so find it). The lock alone
+decides those rules, so `efa-image build` checks them before anything else
+(check_lock_compatibility); verification checks them again in the image.
+"""
+
+from __future__ import annotations
+
+import re
+
+from efa_image.artifacts.lock import Artifact
+from efa_image.building.distro import DistroLibfabric
+from efa_image.building.images import BaseCuda
+from efa_image.compat import rules, smdistributed
+from efa_image.errors import EfaImageError
+
+# Source archives that are compiled against CUDA (the wheel and packages are not).
+CUDA_ARCHIVES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
+# NVIDIA's NCCL wheel, as PyTorch's wheels pin it.
+NCCL_PROJECT = re.compile(r"^nvidia-nccl-cu\d+$")
+
+
+def compat_facts(
+    needed: list[Artifact],
+    roles: list[str],
+    methods: dict[str, str],
+    cuda: BaseCuda,
+    distro: DistroLibfabric | None = None,
+) -> dict[str, str]:
+    """What the compatibility rules know before a build starts.
+
+    `distro`: the base image's libfabric package (efa_image.building.distro.probe_for), for
+    the package method; without it that method's libfabric rules are skipped.
+    """
+    artifacts = {artifact.name: artifact for artifact in needed}
+    facts = {"efa_method": methods.get("efa", "")}
+    if "efa_installer" in artifacts:
+        facts["efa_installer"] = artifacts["efa_installer"].version
+    if "libfabric" in artifacts:
+        facts["libfabric"] = artifacts["libfabric"].version
+    if facts["efa_method"] == "package" and "efa" in roles:
+        # The distribution's libfabric lives in /usr (aws-ofi-nccl cannot build there).
+        facts["libfabric_in_usr"] = "yes"
+    if facts["efa_method"] == "package" and distro is not None:
+        facts["libfabric_efa"] = "yes" if distro.efa else "no"
+        if distro.version:
+            facts["libfabric"] = distro.version
+    if "nccl" in roles:
+        source = artifacts.get("nccl") or artifacts.get("nccl_wheel")
+        if source:
+            facts["nccl"] = source.version
+        if "nccl_wheel" in artifacts:
+            major = rules.nccl_cuda_major(artifacts["nccl_wheel"].filename)
+            if major:
+                facts["nccl_cuda_major"] = major
+    if "aws_ofi_nccl" in artifacts:
+        facts["aws_ofi_nccl"] = artifacts["aws_ofi_nccl"].version
+    if "rmm" in roles and "rmm_wheel" in artifacts:
+        rmm_major = rules.rmm_cuda_major(artifacts["rmm_wheel"].filename)
+        if rmm_major:
+            facts["rmm_cuda_major"] = rmm_major
+    if "pytorch" in roles:
+        facts.update(torch_facts(needed, facts.get("nccl")))
+    if cuda.major:
+        facts["base_cuda_major"] = cuda.major
+    return facts
+
+
+def torch_facts(needed: list[Artifact], image_nccl: str | None) -> dict[str, str]:
+    """torch, torch_cuda, torch_nccl_built and torch_nccl from the lock's PyTorch wheel set.
+
+    `image_nccl`: the nccl role's version, which PyTorch loads when its set leaves
+    nvidia-nccl-cuXX out. Empty where the build installs no torch wheel.
+    """
+    image = smdistributed.lock_image(needed)
+    if image is None:
+        return {}
+    facts = {"torch": image.pytorch}
+    if image.cuda:
+        facts["torch_cuda"] = image.cuda
+    torch = next(a for a in needed if smdistributed.TORCH_WHEEL.match(a.filename))
+    excluded = {p: v for p, v in torch.wheelset_excluded if NCCL_PROJECT.match(p)}
+    members = [a for a in needed if a.wheelset and a.wheelset == torch.wheelset]
+    installed = [a for a in members if NCCL_PROJECT.match(a.name.rsplit("/", 1)[-1])]
+    if installed:
+        # The set installs NVIDIA's NCCL wheel: torch's RPATH finds it before ld.so's.
+        facts["torch_nccl_built"] = facts["torch_nccl"] = installed[0].version
+    elif excluded:
+        facts["torch_nccl_built"] = next(iter(excluded.values()))
+        if image_nccl:
+            facts["torch_nccl"] = image_nccl
+    return facts
+
+
+def check_compatibility(facts: dict[str, str], every_outcome: bool = True) -> rules.Check:
+    """Every rule's outcome is printed (only the violations without `every_outcome`);
+    violations stop the build before any build work."""
+    result = rules.check(facts)
+    if every_outcome:
+        for rule in result.passed:
+            print(f"  ok   {rule}")
+        for skipped in result.skipped:
+            print(f"  skip {skipped.rule}: {skipped.why}")
+    for violation in result.violations:
+        print(f"  BAD  {violation.rule}: {violation.message}")
+    if not result.ok:
+        raise EfaImageError(
+            "incompatible versions, nothing was built:\n"
+            + "\n".join(f"  - {v.message} ({v.reference})" for v in result.violations)
+        )
+    return result
+
+
+def check_lock_compatibility(
+    needed: list[Artifact], roles: list[str], methods: dict[str, str]
+) -> rules.Check:
+    """The rules that the lock alone decides (PyTorch's NCCL against the image's, ...),
+    before the base image is looked at: a violation stops the build at once. The
+    rules needing the base image's facts are skipped here and judged (and every
+    outcome printed) at the compatibility step."""
+    facts = compat_facts(needed, roles, methods, BaseCuda())
+    return check_compatibility(facts, every_outcome=False)
+
+
+def needs_nvcc(needed: list[Artifact]) -> bool:
+    """Whether the build compiles against CUDA (and so needs nvcc in the base image)."""
+    return any(artifact.name in CUDA_ARCHIVES for artifact in needed)

@@ -1,0 +1,1 @@
+"""SageMaker: instance types and the `distribution` configuration of training jobs."""

@@ -1,0 +1,1 @@
+"""Machine set-up: Debian packages, the Docker engine, the virtualenv (and set-up workarounds)."""
