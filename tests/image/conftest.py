@@ -1,4 +1,4 @@
-"""Image tests: real `efa-image build` runs, minutes each, run by `make test`'s image stage.
+"""Image tests: real `efa-image build` runs, minutes each, run by `make test`'s image-tests@GROUP steps.
 
 They need the Docker engine, the base image and the CI mirror, which that stage
 prepares; a plain `pytest` (the unit stage) skips them with this reason.
@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if ENABLED:
         return
     skip = pytest.mark.skip(
-        reason="image builds run in `make test`'s image stage (EFA_IMAGE_IMAGE_TESTS=1)"
+        reason="image builds run in `make test`'s image-tests steps (EFA_IMAGE_IMAGE_TESTS=1)"
     )
     for item in items:
         if Path(str(item.fspath)).parent == Path(__file__).parent:

@@ -1,7 +1,7 @@
 """What the image tests share: the build they run and the docker state they inspect.
 
-make test runs image builds in two lanes side by side, so tests look only at
-images of their own flavour and profile and at their own builds' containers.
+make test runs image-test steps two at a time, so tests look only at images of
+their own flavour and profile and at their own builds' containers.
 """
 
 from __future__ import annotations

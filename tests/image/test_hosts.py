@@ -15,8 +15,8 @@ ours). On them, as a user would:
 - bad input (sudo asking for a password, no Python, an unsupported release, an
   unreachable host) stops before any change with one line naming the fix.
 
-make test runs this after the first lane stored libfabric and Open MPI in the
-build cache (the Makefile's wait:build-cache), so nothing compiles here.
+make test runs this after image-tests@build stored libfabric and Open MPI in the
+build cache (the Makefile's AFTER_FIRST_BUILD), so nothing compiles here.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Builds that do not finish: a role failing mid-build, and a build killed while it
 compiles, whose container the next build removes.
 
-Neither depends on the build cache, so make test runs them in its second lane,
-after tests/image/test_distro_profile.py: the next build there is the distro
-image's unchanged rebuild, which removes the leftovers before it reuses the image.
+Neither depends on the build cache. make test runs them after
+tests/image/test_distro_profile.py, whose distro image's unchanged rebuild is
+the next build here, and after image-tests@build: the failing build compares
+the efa-reduced images before and after, so none may be committed meanwhile.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def test_build_killed_during_a_compile_leaves_its_container():
 
 def test_the_next_build_removes_the_killed_builds_container():
     """Any build, even one that reuses a verified image, first removes the containers of
-    builds whose process is gone (the distro image: built just before in this lane)."""
+    builds whose process is gone (the distro image, built just before in this session)."""
     assert "pid" in KILLED, "the interrupted build did not run"
     proc = subprocess.run(
         build_argv(flavor="efa-reduced", profile="distro"), capture_output=True, text=True

@@ -25,9 +25,8 @@ from efa_image.artifacts import lock
 
 ROOT = Path(__file__).resolve().parents[2]
 # The distro profile's image: test_distro_profile.py built it with the CLI in the same
-# lane of make test, and building it compiles almost nothing, so this test does not
-# wait for the other lane's compiles. The profile's lock overlay (portable's) is
-# test_profile_overlay_from_any_playbook_dir below.
+# pytest session, and building it compiles almost nothing. The profile's lock
+# overlay (portable's) is test_profile_overlay_from_any_playbook_dir below.
 FLAVOR = "efa-reduced"
 PROFILE = "distro"
 MIRROR = os.environ.get("EFA_IMAGE_MIRROR", "")

@@ -180,7 +180,7 @@ def ensure(name: str, rebuild: bool = False) -> str:
     recipe = RECIPES[name]
     if recipe.parent:
         ensure(recipe.parent)
-    # make test's two lanes may ask for the same base at once: the second waits,
+    # Two builds or test steps may ask for the same base at once: the second waits,
     # then finds it built.
     with exclusive(default_cache_dir() / "locks" / f"base-{name}.lock"):
         return _ensure_locked(recipe, rebuild)

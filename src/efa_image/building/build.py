@@ -176,7 +176,7 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
                 f"and {request.base_image} has no nvcc: use a CUDA devel base image "
                 "(nvidia/cuda:<ver>-devel-ubuntu22.04, or efa-image/base:debian13-cuda here)"
             )
-    # Per build process: builds side by side (make test's lanes) must never read
+    # Per build process: builds side by side (make test's steps) must never read
     # each other's variables or image. An earlier run's manifest is never this run's.
     var_file = out / f"{request.flavor}-{request.profile}.{os.getpid()}.pkrvars.json"
     manifest = out / f"packer-manifest.{os.getpid()}.json"
