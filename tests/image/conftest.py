@@ -1,7 +1,7 @@
 """Image tests: real `efa-image build` runs, minutes each, run by `make test`'s image-tests steps.
 
 They need the Docker engine, the base image and the CI mirror, which those steps
-prepares; a plain `pytest` (the unit stage) skips them with this reason.
+prepare; a plain `pytest` (the unit stage) skips them with this reason.
 """
 
 from __future__ import annotations
