@@ -12,7 +12,8 @@ import yaml
 from efa_image.artifacts import context, lock, preflight
 from efa_image.building import flavors
 from efa_image.compat import smdistributed
-from efa_image.compat.smdistributed import Image, Pin, SelectionError
+from efa_image.compat.pytorch import Image
+from efa_image.compat.smdistributed import Pin, SelectionError
 from localplay import lock_file, run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,23 +120,6 @@ def test_loader_refuses_a_url_listed_twice(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(smdistributed.BuildsError, match="twice"):
         smdistributed.load_builds(path)
-
-
-# --- What the image holds ------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("probe", "expected"),
-    [
-        (("2.5.1+cu124", "12.4", "3.11"), Image("2.5.1", "12.4", "cp311")),
-        (("2.0.1", "11.8.0", "cp310"), Image("2.0.1", "11.8", "cp310")),
-        # AWS's own builds carry a suffix (Deep Learning Containers).
-        (("1.10.2a0+git71f889c", "11.3", "3.8"), Image("1.10.2", "11.3", "cp38")),
-        ((None, None, "3.11"), Image("", "", "cp311")),
-    ],
-)
-def test_image_facts_are_normalised(probe, expected):
-    assert Image.from_probe(*probe) == expected
 
 
 # --- Selection -------------------------------------------------------------------
@@ -334,25 +318,6 @@ CUDA_RUNTIME = wheel(
     "pytorch/nvidia-cuda-runtime-cu12",
     "nvidia_cuda_runtime_cu12-12.4.127-py3-none-manylinux2014_x86_64.whl",
 )
-
-
-@pytest.mark.parametrize(
-    ("wheels", "expected"),
-    [
-        # PyPI's torch names no CUDA: the runtime wheel beside it does.
-        (
-            [wheel("pytorch/torch", "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl"), CUDA_RUNTIME],
-            Image("2.5.1", "12.4", "cp311"),
-        ),
-        (
-            [wheel("torch", "torch-2.4.0+cu121-cp311-cp311-linux_x86_64.whl")],
-            Image("2.4.0", "12.1", "cp311"),
-        ),
-        ([CUDA_RUNTIME], None),
-    ],
-)
-def test_the_pytorch_a_lock_installs(wheels, expected):
-    assert smdistributed.lock_image(wheels) == expected
 
 
 def test_a_flavour_whose_pytorch_no_lock_build_fits_is_refused():

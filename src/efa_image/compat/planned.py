@@ -6,29 +6,22 @@ the distribution's libfabric (method package), the base image's libfabric
 package (efa_image.building.distro); the rules' outcome is printed
 and a violation stops the build before any build work.
 
-The torch side comes from the pytorch wheel set (efa_image.artifacts.lock): torch's
-version and CUDA from its wheels' file names, the NCCL it was built with from
-the nvidia-nccl-cuXX it pins (left out of the set, `excluded`, or a file of it),
-and the NCCL it will load: that wheel's where the set installs it (its RPATH
-wins), else the image's (the pytorch role makes ld.so find it). The lock alone
-decides those rules, so `efa-image build` checks them before anything else
+The torch side comes from the pytorch wheel set (efa_image.compat.pytorch.torch_facts:
+torch's version and CUDA, the NCCL it was built with and the one it loads).
+The lock alone decides those rules, so `efa-image build` checks them before anything else
 (check_lock_compatibility); verification checks them again in the image.
 """
 
 from __future__ import annotations
 
-import re
-
 from efa_image.artifacts.lock import Artifact
 from efa_image.building.distro import DistroLibfabric
 from efa_image.building.images import BaseCuda
-from efa_image.compat import rules, smdistributed
+from efa_image.compat import pytorch, rules
 from efa_image.errors import EfaImageError
 
 # Source archives that are compiled against CUDA (the wheel and packages are not).
 CUDA_ARCHIVES = {"nccl", "aws_ofi_nccl", "nccl_tests"}
-# NVIDIA's NCCL wheel, as PyTorch's wheels pin it.
-NCCL_PROJECT = re.compile(r"^nvidia-nccl-cu\d+$")
 
 
 def compat_facts(
@@ -71,35 +64,9 @@ def compat_facts(
         if rmm_major:
             facts["rmm_cuda_major"] = rmm_major
     if "pytorch" in roles:
-        facts.update(torch_facts(needed, facts.get("nccl")))
+        facts.update(pytorch.torch_facts(needed, facts.get("nccl")))
     if cuda.major:
         facts["base_cuda_major"] = cuda.major
-    return facts
-
-
-def torch_facts(needed: list[Artifact], image_nccl: str | None) -> dict[str, str]:
-    """torch, torch_cuda, torch_nccl_built and torch_nccl from the lock's PyTorch wheel set.
-
-    `image_nccl`: the nccl role's version, which PyTorch loads when its set leaves
-    nvidia-nccl-cuXX out. Empty where the build installs no torch wheel.
-    """
-    image = smdistributed.lock_image(needed)
-    if image is None:
-        return {}
-    facts = {"torch": image.pytorch}
-    if image.cuda:
-        facts["torch_cuda"] = image.cuda
-    torch = next(a for a in needed if smdistributed.TORCH_WHEEL.match(a.filename))
-    excluded = {p: v for p, v in torch.wheelset_excluded if NCCL_PROJECT.match(p)}
-    members = [a for a in needed if a.wheelset and a.wheelset == torch.wheelset]
-    installed = [a for a in members if NCCL_PROJECT.match(a.name.rsplit("/", 1)[-1])]
-    if installed:
-        # The set installs NVIDIA's NCCL wheel: torch's RPATH finds it before ld.so's.
-        facts["torch_nccl_built"] = facts["torch_nccl"] = installed[0].version
-    elif excluded:
-        facts["torch_nccl_built"] = next(iter(excluded.values()))
-        if image_nccl:
-            facts["torch_nccl"] = image_nccl
     return facts
 
 

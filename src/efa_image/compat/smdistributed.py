@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from efa_image.artifacts.lock import Artifact
+from efa_image.compat.pytorch import Image, cuda_tag, lock_image
 from efa_image.errors import EfaImageError
 
 DATA = "smdistributed_builds.yml"
@@ -43,11 +45,6 @@ V2_NOTE = (
 )
 
 
-def _cu(cuda: str) -> str:
-    """'12.4' -> 'cu124', as wheel and image names spell it."""
-    return f"cu{cuda.replace('.', '')}"
-
-
 class BuildsError(EfaImageError, ValueError):
     """The builds data is malformed; the message names the entry."""
 
@@ -60,29 +57,6 @@ class SelectionError(EfaImageError):
 class Fit:
     pytorch: str
     cuda: str
-
-
-@dataclass(frozen=True)
-class Image:
-    """What the image's Python holds: PyTorch ('' when none), its CUDA and the Python tag."""
-
-    pytorch: str
-    cuda: str
-    python: str
-
-    @classmethod
-    def from_probe(cls, torch: str | None, cuda: str | None, python: str) -> Image:
-        """torch '2.5.1+cu124' -> '2.5.1'; CUDA '12.4.1' -> '12.4'; Python '3.11' -> 'cp311'."""
-        release = re.match(r"\d+(?:\.\d+)*", (torch or "").strip())
-        cuda_parts = re.findall(r"\d+", cuda or "")[:2]
-        tag = python.strip()
-        if not tag.startswith("cp"):
-            tag = "cp" + "".join(re.findall(r"\d+", tag)[:2])
-        return cls(release.group() if release else "", ".".join(cuda_parts), tag)
-
-    def describe(self) -> str:
-        cuda = _cu(self.cuda) if self.cuda else "no CUDA"
-        return f"PyTorch {self.pytorch or '(none)'}/{cuda}/{self.python}"
 
 
 @dataclass(frozen=True)
@@ -112,9 +86,10 @@ class Build:
 
     def describe(self) -> str:
         """'1.7.0 (PyTorch 1.10.0, cu113, cp38; also PyTorch 1.10.2/cu113)'."""
-        also = ", ".join(f"PyTorch {f.pytorch}/{_cu(f.cuda)}" for f in self.also)
+        also = ", ".join(f"PyTorch {f.pytorch}/{cuda_tag(f.cuda)}" for f in self.also)
         tail = f"; also {also}" if also else ""
-        return f"{self.version} (PyTorch {self.pytorch}, {_cu(self.cuda)}, {self.python}{tail})"
+        cuda = cuda_tag(self.cuda)
+        return f"{self.version} (PyTorch {self.pytorch}, {cuda}, {self.python}{tail})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -330,32 +305,8 @@ def plan(
     return {**result, "ok": not problems, "message": " | ".join(problems)}
 
 
-TORCH_WHEEL = re.compile(r"^torch-(?P<version>[0-9.]+)(?:\+cu(?P<cu>\d+))?-(?P<python>cp3\d+)-")
-CUDA_RUNTIME_WHEEL = re.compile(r"^nvidia_cuda_runtime_cu\d+-(?P<major>\d+)\.(?P<minor>\d+)\.")
-
-
-def lock_image(artifacts: Sequence[Any]) -> Image | None:
-    """The PyTorch a build's lock installs, from its wheels' file names; None without one.
-
-    PyPI's torch wheels carry no +cuXYZ: the CUDA then comes from the
-    nvidia-cuda-runtime wheel beside it ('' when neither says).
-    """
-    torch = cuda = None
-    for artifact in artifacts:
-        torch = torch or TORCH_WHEEL.match(artifact.filename)
-        cuda = cuda or CUDA_RUNTIME_WHEEL.match(artifact.filename)
-    if torch is None:
-        return None
-    if torch.group("cu"):
-        cu = torch.group("cu")
-        version = f"{cu[:-1]}.{cu[-1]}"
-    else:
-        version = f"{cuda.group('major')}.{cuda.group('minor')}" if cuda else ""
-    return Image(torch.group("version"), version, torch.group("python"))
-
-
 def lock_problems(
-    artifacts: Sequence[Any], roles: Sequence[str] | None, builds: Builds | None = None
+    artifacts: Sequence[Artifact], roles: Sequence[str] | None, builds: Builds | None = None
 ) -> list[str]:
     """What the pre-flight refuses before a build: the flavour and the lock's entries.
 
@@ -363,8 +314,8 @@ def lock_problems(
     whose artifacts install PyTorch (its wheel's file name, the CUDA runtime
     wheel's version), fit that PyTorch.
 
-    `artifacts` are efa_image.artifacts.lock.Artifact (what a build needs); `roles` the
-    flavour's roles, None when the command names no flavour.
+    `artifacts` are what a build needs; `roles` the flavour's roles, None when
+    the command names no flavour.
     """
     table = builds if builds is not None else load_builds()
     problems = []
@@ -403,7 +354,7 @@ def lock_problems(
 
 
 def check_lock(
-    artifacts: Sequence[Any], roles: Sequence[str] | None, builds: Builds | None = None
+    artifacts: Sequence[Artifact], roles: Sequence[str] | None, builds: Builds | None = None
 ) -> None:
     """lock_problems, raised as one SelectionError."""
     if problems := lock_problems(artifacts, roles, builds):
