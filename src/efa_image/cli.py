@@ -320,6 +320,7 @@ def verify_across(args: argparse.Namespace) -> None:
 
 def cmd_distribution(args: argparse.Namespace) -> None:
     from efa_image.sagemaker import distribution as dist
+    from efa_image.sagemaker import sdk_v2, sdk_v3
     from efa_image.sagemaker import snippets as snippets
     from efa_image.sagemaker.instance_types import instance_type
 
@@ -331,9 +332,9 @@ def cmd_distribution(args: argparse.Namespace) -> None:
         )
     if args.check:
         config = dist.load_config(args.check)
-        trap = dist.check_v3(config) if args.sdk == "v3" else []
+        trap = sdk_v3.check_v3(config) if args.sdk == "v3" else []
         if args.sdk == "v3":
-            config = dist.from_v3(config)
+            config = sdk_v3.from_v3(config)
         version = dist.resolve_version(args.library, args.version) if args.version else None
         findings = trap + dist.check(config, itype, args.library, version, args.sdk)
         for finding in findings:
@@ -352,7 +353,7 @@ def cmd_distribution(args: argparse.Namespace) -> None:
     if args.hyperparameters:
         if not args.entry_point:
             raise EfaImageError("--hyperparameters needs --entry-point SCRIPT (e.g. train.py)")
-        values = dist.hyperparameters(
+        values = sdk_v2.hyperparameters(
             config,
             args.entry_point,
             args.submit_directory,
@@ -360,7 +361,7 @@ def cmd_distribution(args: argparse.Namespace) -> None:
             job_name=args.job_name,
             region=args.region,
         )
-        dist.write_hyperparameters(args.hyperparameters, values)
+        sdk_v2.write_hyperparameters(args.hyperparameters, values)
         print(f"hyperparameters: {args.hyperparameters} ({len(values)} keys)", file=sys.stderr)
 
 

@@ -1,7 +1,8 @@
 """The SageMaker Python SDK code `efa-image distribution` prints: v2's dict, v3's ModelTrainer.
 
 The config comes checked from efa_image.sagemaker.distribution.recommend; this only
-writes it as Python to paste.
+writes it as Python to paste (for v3 with the ranks spread as efa_image.sagemaker.sdk_v3
+says).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from efa_image.compat import smdistributed
-from efa_image.sagemaker.distribution import V3_TRAP, DistributionError
+from efa_image.sagemaker.advice import DistributionError
 from efa_image.sagemaker.instance_types import InstanceType
+from efa_image.sagemaker.sdk_v3 import V3_TRAP, spread
 
 
 def python_literal(value: Any, indent: int = 0) -> str:
@@ -72,7 +74,7 @@ def render_v3(
     config: Mapping[str, Any], itype: InstanceType, library: str, instance_count: int = 2
 ) -> str:
     """The SDK v3 ModelTrainer snippet (sagemaker.train) for plain MPI, with the ranks
-    spread over the instances (distribution.V3_TRAP)."""
+    spread over the instances (sdk_v3.V3_TRAP)."""
     if library != "mpi":
         reason = (
             "ModelTrainer's SMP (Torchrun(smp=SMP(...))) configures model parallel v2, and "
@@ -87,10 +89,9 @@ def render_v3(
         )
     mpi = config["mpi"]
     per_host = mpi["processes_per_host"]
-    options = shlex.split(mpi.get("custom_mpi_options", ""))
-    if instance_count > 1:
-        options = ["--map-by", f"ppr:{per_host}:node", *options]
-    total = per_host * instance_count
+    total, options = spread(
+        per_host, instance_count, shlex.split(mpi.get("custom_mpi_options", ""))
+    )
     fields = [
         f"        process_count_per_node={total},"
         + (f"  # {instance_count} instances x {per_host}" if instance_count > 1 else "")
