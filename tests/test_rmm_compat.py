@@ -66,7 +66,7 @@ def test_rule_is_skipped_without_cuda_in_the_base_or_without_the_wheel():
         (["rmm"], [], None),  # the source method needs no wheel
     ],
 )
-def test_facts_name_the_wheels_major_where_the_flavour_installs_it(roles, needed, expected):
+def test_facts_name_the_wheels_major_where_the_flavor_installs_it(roles, needed, expected):
     facts = planned.compat_facts(needed, roles, {}, images.BaseCuda("/usr/local/cuda", "12.4"))
     assert facts.get("rmm_cuda_major") == expected
     assert facts["base_cuda_major"] == "12"

@@ -255,7 +255,7 @@ def test_the_projects_lock_pins_known_builds(tmp_path):
         }
 
 
-def test_the_default_lock_never_needs_model_parallel_in_a_flavour():
+def test_the_default_lock_never_needs_model_parallel_in_a_flavor():
     """No v1 build fits the PyTorch 2.5.1 that data parallel 2.6.0 needs."""
     catalog = flavors.load_catalog()
     loaded = lock.load(LOCK)
@@ -296,7 +296,7 @@ def test_lock_entry_that_is_no_known_build_is_named(tmp_path):
         (["nccl"], False),
     ],
 )
-def test_a_flavour_needs_pytorch_before_smdistributed(roles, refused):
+def test_a_flavor_needs_pytorch_before_smdistributed(roles, refused):
     problems = smdistributed.lock_problems([], roles)
     assert bool(problems) == refused
     if refused:
@@ -320,7 +320,7 @@ CUDA_RUNTIME = wheel(
 )
 
 
-def test_a_flavour_whose_pytorch_no_lock_build_fits_is_refused():
+def test_a_flavor_whose_pytorch_no_lock_build_fits_is_refused():
     torch = wheel("pytorch/torch", "torch-2.4.0-cp311-cp311-manylinux1_x86_64.whl")
     roles = ["pytorch", "smdistributed"]
     [problem] = smdistributed.lock_problems([torch, CUDA_RUNTIME, DP_260_ENTRY], roles)

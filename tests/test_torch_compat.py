@@ -56,7 +56,7 @@ def test_the_real_lock_passes_both_rules(tmp_path):
     assert set(RULES) <= set(result.passed), result.skipped
 
 
-def test_without_pytorch_in_the_flavour_the_rules_are_skipped(tmp_path):
+def test_without_pytorch_in_the_flavor_the_rules_are_skipped(tmp_path):
     ctx = load(tmp_path)
     needed = ctx.select(None, "efa-reduced", PROFILE).artifacts
     facts = planned.compat_facts(
