@@ -34,6 +34,14 @@ def test_table_is_well_formed_and_names_its_sources():
     assert types["ml.p3dn.24xlarge"]["efa"] and not types["ml.p3dn.24xlarge"]["gpudirect_rdma"]
     for name in ("ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5en.48xlarge"):
         assert types[name]["gpus"] == 8 and types[name]["efa"] and types[name]["gpudirect_rdma"]
+    # The newest EFA families: B200 hosts with 8 GPUs, GB200 (Grace) hosts with 4.
+    assert (
+        types["ml.p6-b200.48xlarge"]["gpus"] == 8 and types["ml.p6-b200.48xlarge"]["gpudirect_rdma"]
+    )
+    assert types["ml.p6e-gb200.36xlarge"]["gpus"] == 4
+    assert (
+        types["ml.p6e-gb200.36xlarge"]["efa"] and types["ml.p6e-gb200.36xlarge"]["gpudirect_rdma"]
+    )
 
 
 def test_loader_matches_the_file_and_refuses_a_bad_entry(tmp_path):
