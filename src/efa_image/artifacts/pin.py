@@ -7,16 +7,17 @@ rewritten in place (comments and layout kept).
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, replace
 
-from efa_image.artifacts import lock
+from efa_image.artifacts import lock, lock_edit
 from efa_image.artifacts.artifact_store import Store, sha256_of
 
 
 @dataclass(frozen=True)
-class Pin:
+class PinnedFile:
+    """What `lock update` did for one file: the sha256 it pinned, and the lock's change."""
+
     name: str
     version: str
     sha256: str
@@ -24,7 +25,7 @@ class Pin:
     diff: str
 
 
-def pin(loaded: lock.Lock, store: Store, name: str) -> Pin:
+def pin(loaded: lock.Lock, store: Store, name: str) -> PinnedFile:
     """Download NAME, cache it by content and write its sha256 into the lock file."""
     artifact = loaded.get(name)
     path = store.get(replace(artifact, sha256=None))
@@ -33,14 +34,10 @@ def pin(loaded: lock.Lock, store: Store, name: str) -> Pin:
     pinned.parent.mkdir(parents=True, exist_ok=True)
     os.replace(path, pinned)
     if digest == artifact.sha256:
-        return Pin(artifact.name, artifact.version, digest, "")
+        return PinnedFile(artifact.name, artifact.version, digest, "")
     old = loaded.path.read_text()
-    new = lock.set_sha256(old, artifact.name, digest)
+    new = lock_edit.set_sha256(old, artifact.name, digest)
     loaded.path.write_text(new)
-    diff = difflib.unified_diff(
-        old.splitlines(keepends=True),
-        new.splitlines(keepends=True),
-        str(loaded.path),
-        str(loaded.path),
+    return PinnedFile(
+        artifact.name, artifact.version, digest, lock_edit.unified_diff(old, new, loaded.path)
     )
-    return Pin(artifact.name, artifact.version, digest, "".join(diff))

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 
-from efa_image.artifacts.artifact_store import Check
+from efa_image.artifacts.artifact_store import Availability
 from efa_image.artifacts.context import Context, Selection
 from efa_image.building import nearest
 from efa_image.compat import smdistributed
 from efa_image.errors import EfaImageError
 
 
-def run(context: Context, selection: Selection, suggest: bool = True) -> list[Check]:
+def run(context: Context, selection: Selection, suggest: bool = True) -> list[Availability]:
     """Check the selection, print each outcome, and stop with the remedies if any failed."""
     # Needs no download: a lock entry that is no known smdistributed build, or a
     # flavour with smdistributed but no PyTorch, is refused before anything else.
@@ -47,7 +47,7 @@ def run(context: Context, selection: Selection, suggest: bool = True) -> list[Ch
     raise EfaImageError(report(checks, context.store.mirror, advice))
 
 
-def report(checks: list[Check], mirror: str | None, advice: str = "") -> str:
+def report(checks: list[Availability], mirror: str | None, advice: str = "") -> str:
     """One message naming every artifact that a build could not get, and the remedies."""
     bad = [check for check in checks if not check.ok]
     lines = [f"{len(bad)} of {len(checks)} artifacts cannot be had:"]

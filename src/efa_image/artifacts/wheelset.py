@@ -1,16 +1,17 @@
 """`efa-image lock update NAME` for a wheel set: resolve once, pin every file.
 
-An entry of `kind: wheelset` (efa_image.artifacts.lock) names requirements (`torch=={version}`)
-and the target they are for (`resolve:` python, platform, index, exclude). Here
-pip's own resolver computes the whole dependency closure on the controller
-(`pip install --dry-run --report`, binary wheels only, for the target's Python
-version, CPython ABI and platform), against that index alone: pip's configuration
-files and the environment's find-links and extra indexes are switched off, so
-every pin is the index's own file at the index's own URL, not a local copy. The
-sha256 of each file is the index's (the report's archive_info); every file is
-then downloaded into the verified cache (efa_image.artifacts.artifact_store), which refuses one
-that does not match. The entry's `wheels` and `excluded` fields are rewritten in
-place; the rest of the lock, comments included, is kept.
+An entry of `kind: wheelset` (efa_image.artifacts.lock_schema) names requirements
+(`torch=={version}`) and the target they are for (`resolve:` python, platform,
+index, exclude). Here pip's own resolver computes the whole dependency closure
+on the controller (`pip install --dry-run --report`, binary wheels only, for the
+target's Python version, CPython ABI and platform), against that index alone:
+pip's configuration files and the environment's find-links and extra indexes are
+switched off, so every pin is the index's own file at the index's own URL, not a
+local copy. The sha256 of each file is the index's (the report's archive_info);
+every file is then downloaded into the verified cache
+(efa_image.artifacts.artifact_store), which refuses one that does not match. The
+entry's `wheels` and `excluded` fields are rewritten in place
+(efa_image.artifacts.lock_edit); the rest of the lock, comments included, is kept.
 
 pip evaluates environment markers (`python_version`, `platform_machine`) with the
 interpreter it runs in, whatever --python-version says, so a resolution for
@@ -27,7 +28,6 @@ that installs the set builds them in the image from those verified files.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import platform
@@ -41,9 +41,11 @@ from typing import Any
 
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
-from efa_image.artifacts import lock
+from efa_image.artifacts import lock_edit, lock_schema
 from efa_image.artifacts.artifact_store import Store
+from efa_image.artifacts.lock_model import LOCK_KEY, WHEELSET, LockError
 from efa_image.errors import EfaImageError
 from efa_image.runner import run_command
 
@@ -101,11 +103,11 @@ class Update:
 
 def read_spec(lock_path: Path, name: str) -> Spec | None:
     """The entry's resolution inputs; None when NAME is not a wheel set."""
-    entries = (yaml.safe_load(lock_path.read_text()) or {}).get(lock.LOCK_KEY) or {}
+    entries = (yaml.safe_load(lock_path.read_text()) or {}).get(LOCK_KEY) or {}
     entry = entries.get(name)
-    if not isinstance(entry, Mapping) or entry.get("kind") != lock.WHEELSET:
+    if not isinstance(entry, Mapping) or entry.get("kind") != WHEELSET:
         return None
-    where = f"{lock_path}: {lock.LOCK_KEY}.{name}.resolve"
+    where = f"{lock_path}: {LOCK_KEY}.{name}.resolve"
     resolve = entry.get("resolve")
     if not isinstance(resolve, Mapping):
         raise ResolveError(f"{where}: missing (requirements, python, platform)")
@@ -125,8 +127,8 @@ def read_spec(lock_path: Path, name: str) -> Spec | None:
         python=python,
         platform=str(resolve["platform"]),
         index=str(resolve.get("index") or DEFAULT_INDEX),
-        exclude=tuple(lock.canonical_project(str(p)) for p in resolve.get("exclude") or []),
-        sdists=tuple(lock.canonical_project(str(p)) for p in resolve.get("sdists") or []),
+        exclude=tuple(canonicalize_name(str(p)) for p in resolve.get("exclude") or []),
+        sdists=tuple(canonicalize_name(str(p)) for p in resolve.get("sdists") or []),
     )
 
 
@@ -167,7 +169,7 @@ def pip_command(
 
 def project_of(requirement: str, where: str) -> str:
     try:
-        return lock.canonical_project(Requirement(requirement).name)
+        return canonicalize_name(Requirement(requirement).name)
     except InvalidRequirement as error:
         raise ResolveError(f"{where}: {requirement!r} is not a requirement ({error})") from None
 
@@ -206,7 +208,7 @@ def parse_report(spec: Spec, report: Mapping[str, Any]) -> Resolution:
     remote_index = not spec.index.startswith("file:")
     for item in report.get("install", []):
         metadata, info = item.get("metadata", {}), item.get("download_info", {})
-        project, version = lock.canonical_project(metadata.get("name", "")), metadata.get("version")
+        project, version = canonicalize_name(metadata.get("name", "")), metadata.get("version")
         url = str(info.get("url", ""))
         sha256 = (info.get("archive_info") or {}).get("hashes", {}).get("sha256", "")
         if project in spec.exclude:
@@ -214,11 +216,13 @@ def parse_report(spec: Spec, report: Mapping[str, Any]) -> Resolution:
             continue
         filename = url.rsplit("/", 1)[-1]
         source = project in spec.sdists
-        if source and not lock.SDIST_FILENAME.match(filename):
-            raise ResolveError(
-                f"{project} {version}: {url} is not a source distribution (name-version.tar.gz), "
-                "which resolve.sdists asks for"
-            )
+        if source:
+            try:
+                lock_schema.sdist_name_version(filename, url)
+            except LockError as error:
+                raise ResolveError(
+                    f"{project} {version}: {error}, which resolve.sdists asks for"
+                ) from None
         if not source and not filename.endswith(".whl"):
             raise ResolveError(
                 f"{project} {version}: {url} is not a wheel (binary wheels only; name the "
@@ -229,7 +233,7 @@ def parse_report(spec: Spec, report: Mapping[str, Any]) -> Resolution:
                 f"{project} {version} resolved to {url}, not a file of {spec.index}: "
                 "pip took it from a local source"
             )
-        if not lock.SHA256.match(sha256):
+        if not lock_schema.SHA256.match(sha256):
             raise ResolveError(f"{project} {version}: the index gave no sha256 for {url}")
         (sdists if source else wheels).append(
             {"filename": filename, "urls": [url], "sha256": sha256}
@@ -242,8 +246,8 @@ def parse_report(spec: Spec, report: Mapping[str, Any]) -> Resolution:
         )
     if not wheels and not sdists:
         raise ResolveError(f"{spec.name}: the resolution installs nothing")
-    wheels.sort(key=lambda wheel: lock.parse_wheel_filename(wheel["filename"], spec.name)[0])
-    sdists.sort(key=lambda sdist: lock.parse_sdist_filename(sdist["filename"], spec.name)[0])
+    wheels.sort(key=lambda wheel: lock_schema.wheel_name_version(wheel["filename"], spec.name))
+    sdists.sort(key=lambda sdist: lock_schema.sdist_name_version(sdist["filename"], spec.name))
     return Resolution(wheels, dict(sorted(excluded.items())), sdists)
 
 
@@ -297,18 +301,19 @@ def update(
     """Resolve, fetch and verify every file, then rewrite the entry's wheels and excluded."""
     resolution = resolver(spec)
     old = lock_path.read_text()
-    new = lock.set_field(old, spec.name, "wheels", resolution.wheels)
-    new = lock.set_field(new, spec.name, "excluded", resolution.excluded)
+    document = lock_edit.LockDocument(old, str(lock_path))
+    document.set_field(spec.name, "wheels", resolution.wheels)
+    document.set_field(spec.name, "excluded", resolution.excluded)
     if spec.sdists or resolution.sdists:
-        new = lock.set_field(new, spec.name, "sdists", resolution.sdists)
+        document.set_field(spec.name, "sdists", resolution.sdists)
+    new = document.text()
     # Parsed as the build will: a file the cache refuses never reaches the lock.
-    entry = yaml.safe_load(new)[lock.LOCK_KEY][spec.name]
-    members = lock.parse_wheelset(spec.name, entry, f"{lock_path}: {lock.LOCK_KEY}.{spec.name}")
+    entry = yaml.safe_load(new)[LOCK_KEY][spec.name]
+    where = f"{lock_path}: {LOCK_KEY}.{spec.name}"
+    members = lock_schema.parse_wheelset(spec.name, entry, where)
     for member in members:
         store.get(member)
     if new != old:
         lock_path.write_text(new)
-    diff = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), str(lock_path), str(lock_path)
-    )
-    return Update(spec.name, spec.version, len(members), "".join(diff))
+    diff = lock_edit.unified_diff(old, new, lock_path)
+    return Update(spec.name, spec.version, len(members), diff)

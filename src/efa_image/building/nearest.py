@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from efa_image.artifacts.artifact_store import Check, Store
+from efa_image.artifacts.artifact_store import Availability, Store
 from efa_image.artifacts.lock import Artifact, Lock
 from efa_image.building.flavors import Catalog
 from efa_image.building.images import BaseCuda
@@ -81,7 +81,7 @@ def search(
     store: Store,
     flavor: str,
     profile: str,
-    checks: list[Check],
+    checks: list[Availability],
 ) -> list[Candidate]:
     """Every other combination, judged by one parallel pre-flight of all their artifacts."""
     combos = combinations(catalog, flavor, profile)

@@ -5,8 +5,9 @@ import re
 import shlex
 
 import pytest
+from packaging.utils import canonicalize_name
 
-from efa_image.artifacts import context, lock
+from efa_image.artifacts import context
 
 LOCK = context.role_lock()
 WHEELS = LOCK.select(["pytorch"])
@@ -54,7 +55,7 @@ def test_no_nccl_of_its_own_in_the_environment(host):
 
 def test_the_environment_holds_every_locked_wheel(host):
     installed = json.loads(host.check_output(f"{PYTHON} -m pip list --format json"))
-    versions = {lock.canonical_project(p["name"]): p["version"] for p in installed}
+    versions = {canonicalize_name(p["name"]): p["version"] for p in installed}
     for wheel in WHEELS:
         assert versions.get(wheel.name.split("/", 1)[1]) == wheel.version, wheel.filename
     # pip check: nothing unmet but the NCCL left out on purpose.

@@ -1,0 +1,84 @@
+"""What a lock entry must hold: plain entries, and the file names of wheel sets' files."""
+
+import pytest
+
+from efa_image.artifacts import lock, lock_schema
+
+GOOD_SHA = "a" * 64
+
+
+def entry(**overrides):
+    fields = {
+        "version": "2.1.0",
+        "role": "efa",
+        "filename": "libfabric-{version}.tar.bz2",
+        "urls": ["https://example.invalid/libfabric-{version}.tar.bz2"],
+        "sha256": GOOD_SHA,
+    }
+    fields.update(overrides)
+    return fields
+
+
+def test_version_is_substituted_in_filename_and_urls():
+    artifact = lock_schema.parse_entry("libfabric", entry(), "f: k")
+    assert artifact.filename == "libfabric-2.1.0.tar.bz2"
+    assert artifact.urls == ("https://example.invalid/libfabric-2.1.0.tar.bz2",)
+    assert artifact.mirror_path() == "libfabric/2.1.0/libfabric-2.1.0.tar.bz2"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"urls": []}, r"versions.yml: efa_image_artifacts.libfabric: missing urls"),
+        ({"urls": "https://x"}, r"\.urls: expected a list"),
+        ({"urls": ["ftp://x/y"]}, r"\.urls: 'ftp://x/y' is not an http"),
+        ({"sha256": "abc"}, r"\.sha256: 'abc' is not 64 hexadecimal digits"),
+        ({"sha256": "g" * 64}, r"\.sha256: .* is not 64 hexadecimal"),
+        ({"sha265": GOOD_SHA}, r"unknown field\(s\) sha265"),
+        ({"kind": "rpm"}, r"\.kind: 'rpm' is not one of file, wheel"),
+        ({"version": None}, r"missing version"),
+    ],
+)
+def test_malformed_entries_are_rejected_naming_file_and_key(fields, message):
+    with pytest.raises(lock.LockError, match=message):
+        lock_schema.parse_entry(
+            "libfabric", entry(**fields), "versions.yml: efa_image_artifacts.libfabric"
+        )
+
+
+def test_empty_sha256_means_unpinned():
+    assert not lock_schema.parse_entry("x", entry(sha256=""), "f").pinned
+    assert lock_schema.parse_entry("x", entry(sha256=GOOD_SHA.upper()), "f").sha256 == GOOD_SHA
+
+
+@pytest.mark.parametrize(
+    ("filename", "expected"),
+    [
+        ("Dep_A-2.0-py3-none-any.whl", ("dep-a", "2.0")),
+        ("torch-2.5.1-1-cp311-cp311-manylinux1_x86_64.whl", ("torch", "2.5.1")),
+        (
+            "markupsafe-3.0.4-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+            ("markupsafe", "3.0.4"),
+        ),
+    ],
+)
+def test_wheel_file_names_give_the_normalised_project_and_version(filename, expected):
+    assert lock_schema.wheel_name_version(filename, "f") == expected
+
+
+@pytest.mark.parametrize(
+    "filename", ["notawheel.tar.gz", "a-1-py3-none.whl", "a-1-py3-none-any.whl.zip", "a_b.whl"]
+)
+def test_what_is_no_wheel_file_name_is_refused_naming_where(filename):
+    with pytest.raises(lock.LockError, match=rf"^at: '{filename}' is not a wheel file name"):
+        lock_schema.wheel_name_version(filename, "at")
+
+
+def test_sdist_file_names_are_pep_625s_tar_gz_only():
+    assert lock_schema.sdist_name_version("Inotify_Simple-1.2.1.tar.gz", "f") == (
+        "inotify-simple",
+        "1.2.1",
+    )
+    for filename in ("mpi4py-3.1.6.zip", "x-1-py3-none-any.whl", "noversion.tar.gz"):
+        with pytest.raises(lock.LockError, match=r"is not a source distribution"):
+            lock_schema.sdist_name_version(filename, "f")
