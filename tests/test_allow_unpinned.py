@@ -30,7 +30,7 @@ def stubbed(monkeypatch, tmp_path, base_probed):
     monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("EFA_IMAGE_MIRROR", raising=False)
     monkeypatch.delenv("EFA_IMAGE_LOCK_OVERLAY", raising=False)
-    monkeypatch.setattr(cli, "ensure_docker", lambda: None)
+    monkeypatch.setattr(cli.build, "ensure_docker", lambda: None)
     seen: dict[str, object] = {"base": base_probed}
     monkeypatch.setattr(artifact_store.Store, "get", lambda self, artifact: tmp_path / "f")
 

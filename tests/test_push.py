@@ -295,7 +295,7 @@ def test_setup_installs_the_registry_the_push_tests_serve():
 )
 def test_build_push_checks_the_repository_before_building(monkeypatch, capsys, repository, words):
     monkeypatch.setattr(push.shutil, "which", lambda name: None)
-    monkeypatch.setattr(cli, "ensure_docker", lambda: "running")
+    monkeypatch.setattr(cli.build, "ensure_docker", lambda: "running")
 
     def no_build(*_args):
         raise AssertionError("built before the repository was checked")

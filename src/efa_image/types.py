@@ -27,7 +27,7 @@ class BuildRequest:
     build_cache: str = ""
     # Build even when a verified image with the same fingerprint exists.
     rebuild: bool = False
-    # Look for the flavor's components in the base image (efa_image.building.basecontents):
+    # Look for the flavour's components in the base image (efa_image.building.basecontents):
     # found ones are verified and recorded (method present), not installed.
     detect: bool = True
 

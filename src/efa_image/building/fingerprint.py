@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from efa_image.artifacts.artifact_store import default_cache_dir
 from efa_image.artifacts.lock import Artifact
+from efa_image.paths import default_cache_dir
 
 FORMAT = 1
 LABEL = "org.efa-image.fingerprint"

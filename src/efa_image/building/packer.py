@@ -13,9 +13,9 @@ import re
 import sys
 from pathlib import Path
 
-from efa_image.artifacts.artifact_store import default_cache_dir
 from efa_image.building.images import CUDA_HOMES, DEFAULT_PATH
 from efa_image.errors import EfaImageError
+from efa_image.paths import default_cache_dir
 from efa_image.runner import CommandError, run_command
 from efa_image.types import BuildRequest
 

@@ -38,7 +38,7 @@ class BaseImage:
     cuda: images.BaseCuda
     # apt's libfabric, asked only where the efa role installs the distribution's.
     libfabric: distro.DistroLibfabric | None
-    # The flavor's components it already holds; None with --no-detect.
+    # The flavour's components it already holds; None with --no-detect.
     contents: basecontents.Plan | None
 
 
@@ -50,7 +50,7 @@ class Plan:
     request: BuildRequest
     roles: tuple[str, ...]
     methods: Mapping[str, str]
-    # The lock's artifacts of the flavor and profile, and those of them the base lacks.
+    # The lock's artifacts of the flavour and profile, and those of them the base lacks.
     locked: tuple[Artifact, ...]
     artifacts: tuple[Artifact, ...]
     # Component -> version as the image will have it (the base's for what it holds).
@@ -95,7 +95,7 @@ def resolve(request: BuildRequest, context: Context, timer: StepTimer) -> Plan:
         methods = catalog.methods(request.profile)
         locked = tuple(context.select(None, request.flavor, request.profile).artifacts)
         print(
-            f"flavor {request.flavor}, profile {request.profile}: roles {', '.join(roles)}; "
+            f"flavour {request.flavor}, profile {request.profile}: roles {', '.join(roles)}; "
             f"{len(locked)} artifacts in the lock",
             flush=True,
         )
@@ -147,7 +147,7 @@ def probe_base(
     methods: Mapping[str, str],
     locked: Mapping[str, str],
 ) -> BaseImage:
-    """CUDA, PATH, apt's libfabric and the flavor's components in the base, printed.
+    """CUDA, PATH, apt's libfabric and the flavour's components in the base, printed.
 
     `locked`: the lock's versions, which a base PyTorch must match.
     """
@@ -181,7 +181,7 @@ def judge(
     check = planned.check_compatibility(facts)
     if not probed.cuda.home and planned.needs_nvcc(list(artifacts)):
         raise EfaImageError(
-            f"flavor {request.flavor} with profile {request.profile} compiles against CUDA, "
+            f"flavour {request.flavor} with profile {request.profile} compiles against CUDA, "
             f"and {request.base_image} has no nvcc: use a CUDA devel base image "
             "(nvidia/cuda:<ver>-devel-ubuntu22.04, or efa-image/base:debian13-cuda here)"
         )
