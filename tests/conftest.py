@@ -12,6 +12,26 @@ def root() -> Path:
     return ROOT
 
 
+@pytest.fixture
+def base_probed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """`efa-image build`'s base image steps without docker: the base is present and
+    holds nothing of the flavor, CUDA 12.4 in /usr/local/cuda. Returns the refs
+    that the base image step was asked to make present."""
+    from efa_image.building import base, basecontents, distro, images
+
+    ensured: list[str] = []
+    monkeypatch.setattr(base, "ensure_ref", lambda ref: ensured.append(ref) or f"{ref}: present")
+    monkeypatch.setattr(images, "image_id", lambda ref: "sha256:" + "b" * 64)
+    monkeypatch.setattr(images, "remove_stale_build_containers", lambda: [])
+    monkeypatch.setattr(
+        images, "probe_cuda", lambda ref: images.BaseCuda("/usr/local/cuda", "12.4")
+    )
+    monkeypatch.setattr(images, "base_path", lambda ref: "/usr/bin:/bin")
+    monkeypatch.setattr(distro, "probe_for", lambda ref, methods: None)
+    monkeypatch.setattr(basecontents, "probe", lambda ref: {})
+    return ensured
+
+
 def runs_a_play(item: pytest.Item) -> bool:
     return getattr(getattr(item, "module", None), "run_playbook", None) is run_playbook
 

@@ -14,7 +14,8 @@ import pytest
 
 from efa_image import cli
 from efa_image.artifacts import artifact_store, preflight
-from efa_image.building import base, basecontents, build, distro, images, packer
+from efa_image.building import packer
+from efa_image.types import BuildRequest
 
 ARGS = ["build", "--flavor", "efa-reduced", "--profile", "portable", "--repository", "t"]
 
@@ -24,25 +25,13 @@ class Stop(Exception):
 
 
 @pytest.fixture
-def stubbed(monkeypatch, tmp_path):
+def stubbed(monkeypatch, tmp_path, base_probed):
     """Everything before `packer build`, without docker; returns what reached Packer."""
     monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("EFA_IMAGE_MIRROR", raising=False)
     monkeypatch.delenv("EFA_IMAGE_LOCK_OVERLAY", raising=False)
-    monkeypatch.setattr(cli, "ensure_docker", lambda: None)
-    seen: dict[str, object] = {"base": 0}
-
-    def ensure_ref(ref):
-        seen["base"] += 1
-        return f"{ref}: present"
-
-    monkeypatch.setattr(base, "ensure_ref", ensure_ref)
-    monkeypatch.setattr(images, "image_id", lambda ref: "sha256:" + "b" * 64)
-    monkeypatch.setattr(images, "remove_stale_build_containers", lambda: [])
-    monkeypatch.setattr(images, "base_path", lambda ref: "/usr/bin:/bin")
-    monkeypatch.setattr(images, "probe_cuda", lambda ref: images.BaseCuda())
-    monkeypatch.setattr(distro, "probe_for", lambda image, methods: None)
-    monkeypatch.setattr(basecontents, "probe", lambda image: {})
+    monkeypatch.setattr(cli.build, "ensure_docker", lambda: None)
+    seen: dict[str, object] = {"base": base_probed}
     monkeypatch.setattr(artifact_store.Store, "get", lambda self, artifact: tmp_path / "f")
 
     def packer_build(root, var_file, manifest):
@@ -61,7 +50,7 @@ def unpinned_overlay(tmp_path):
 
 @pytest.mark.parametrize(("flag", "expected"), [([], False), (["--allow-unpinned"], True)])
 def test_the_flag_reaches_packers_variables(stubbed, monkeypatch, flag, expected):
-    monkeypatch.setattr(preflight, "run", lambda *args, **kwargs: [])
+    monkeypatch.setattr(preflight, "check_sources", lambda *args, **kwargs: [])
     with pytest.raises(Stop):
         cli.main([*ARGS, *flag])
     assert stubbed["vars"]["allow_unpinned"] is expected
@@ -71,7 +60,7 @@ def test_packer_declares_every_variable_a_build_passes(root):
     declared = set(
         re.findall(r'^variable "(\w+)"', (root / "packer/variables.pkr.hcl").read_text(), re.M)
     )
-    request = build.BuildRequest("efa", "aws", "b", "r", None, ())
+    request = BuildRequest("efa", "aws", "b", "r", None, ())
     assert set(packer.packer_vars(request, {})) <= declared
     assert (
         "artifact_allow_unpinned = var.allow_unpinned"
@@ -87,5 +76,5 @@ def test_without_the_flag_an_unpinned_artifact_stops_the_pre_flight(stubbed, tmp
     error = capsys.readouterr().err
     assert "nccl_wheel 2.30.4 has no sha256 in the lock" in error
     assert "run `efa-image lock update nccl_wheel` to pin it, or pass --allow-unpinned" in error
-    # Refused before the base image, a fetch or Packer.
-    assert stubbed["base"] == 0 and "vars" not in stubbed
+    # Refused by the pre-flight, the plan's first reader: before a fetch or Packer.
+    assert len(stubbed["base"]) == 1 and "vars" not in stubbed

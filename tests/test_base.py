@@ -100,7 +100,7 @@ def test_missing_mmdebstrap_names_the_fix(monkeypatch):
 
 
 def test_cli_unknown_recipe_is_one_line(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "ensure_docker", lambda: "running")
+    monkeypatch.setattr(cli.setup, "ensure_docker", lambda: "running")
     assert cli.main(["base", "debian99"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from efa_image.artifacts.lock import Artifact
-from efa_image.building import basecontents, build
+from efa_image.building import basecontents, distro, images, plan
 from efa_image.building.flavors import load_catalog
 from efa_image.errors import EfaImageError
+from efa_image.types import BuildRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = (
@@ -150,35 +151,37 @@ NEEDED = [
     artifact("nccl_wheel", "nccl", "2.30.4"),
     artifact("metis", "metis", "5.1.0"),
 ]
-REQUEST = build.BuildRequest(
+REQUEST = BuildRequest(
     "sagemaker-reduced", "portable", "base:1", "r", None, (), extra_vars=("efa_build_jobs=4",)
 )
+LOCKED = {"pytorch": "2.5.1"}
 
 
-def test_the_build_drops_what_the_base_has_and_passes_present(monkeypatch):
+def test_the_build_drops_what_the_base_has_and_passes_present(monkeypatch, stubbed_probes):
     monkeypatch.setattr(basecontents, "probe", lambda ref: basecontents.parse_probe(EFA_REDUCED))
-    result = build.BuildResult("sagemaker-reduced", "portable", "base:1", {"pytorch": "2.5.1"})
-    request, needed = build.use_base_contents(REQUEST, SAGEMAKER, NEEDED, result)
+    base = plan.probe_base(REQUEST, "sha256:b", SAGEMAKER, {}, LOCKED)
+    request, needed, components = plan.use_base_contents(REQUEST, NEEDED, base.contents)
     assert [a.name for a in needed] == ["metis"]
     assert request.extra_vars[0] == "efa_method=present"
     # The user's own variables come last: they win.
     assert request.extra_vars[-1] == "efa_build_jobs=4"
-    assert result.components == {
+    assert components == {
         "metis": "5.1.0",
         "libfabric": "2.1.0",
         "openmpi": "5.0.7",
         "nccl": "2.30.4",
     }
-    assert set(result.from_base) == {"efa", "openmpi", "nccl"}
-    assert result.from_base["efa"]["prefix"] == "/opt/amazon/efa"
-    assert result.installed == ["mpi_ssh", "metis", "rmm", "pytorch", "sagemaker_training"]
+    from_base = base.contents.report()
+    assert set(from_base) == {"efa", "openmpi", "nccl"}
+    assert from_base["efa"]["prefix"] == "/opt/amazon/efa"
+    assert base.contents.install == ["mpi_ssh", "metis", "rmm", "pytorch", "sagemaker_training"]
     facts = {"libfabric": "2.1.0", "efa_method": "source", "nccl": "2.30.4"}
-    assert build.base_facts(result.from_base) == facts
+    assert plan.base_facts(from_base) == facts
 
 
 def test_a_dlcs_libfabric_is_judged_as_the_efa_installers():
     from_base = basecontents.plan(basecontents.parse_probe(DLC), ["efa", "nccl"]).report()
-    assert build.base_facts(from_base) == {
+    assert plan.base_facts(from_base) == {
         "nccl": "2.23.4",
         "libfabric": "1.22.0amzn4.0",
         "efa_method": "efa_installer",
@@ -186,14 +189,22 @@ def test_a_dlcs_libfabric_is_judged_as_the_efa_installers():
     }
 
 
-def test_no_detect_builds_as_on_a_bare_base(monkeypatch):
+def test_no_detect_builds_as_on_a_bare_base(monkeypatch, stubbed_probes):
     def probe(ref):
         raise AssertionError("probed with --no-detect")
 
     monkeypatch.setattr(basecontents, "probe", probe)
-    result = build.BuildResult("sagemaker-reduced", "portable", "base:1", {})
-    request, needed = build.use_base_contents(
-        replace(REQUEST, detect=False), SAGEMAKER, NEEDED, result
-    )
-    assert needed == NEEDED and request.extra_vars == REQUEST.extra_vars
-    assert not result.from_base and result.installed == SAGEMAKER
+    no_detect = replace(REQUEST, detect=False)
+    base = plan.probe_base(no_detect, "sha256:b", SAGEMAKER, {}, LOCKED)
+    assert base.contents is None
+    request, needed, components = plan.use_base_contents(no_detect, NEEDED, base.contents)
+    assert needed == tuple(NEEDED) and request.extra_vars == REQUEST.extra_vars
+    assert components == plan.component_versions(NEEDED)
+
+
+@pytest.fixture
+def stubbed_probes(monkeypatch):
+    """The base image's CUDA, PATH and apt libfabric, without docker."""
+    monkeypatch.setattr(images, "probe_cuda", lambda ref: images.BaseCuda())
+    monkeypatch.setattr(images, "base_path", lambda ref: "/usr/bin:/bin")
+    monkeypatch.setattr(distro, "probe_for", lambda ref, methods: None)

@@ -4,12 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from efa_image.building import build, images, packer
+from efa_image.building import build, images, packer, plan
 from efa_image.building.flavors import load_catalog
+from efa_image.building.tags import component_tags
 from efa_image.compat import planned
 from efa_image.errors import EfaImageError
+from efa_image.types import BuildRequest
 
-REQUEST = build.BuildRequest(
+REQUEST = BuildRequest(
     flavor="efa",
     profile="portable",
     base_image="efa-image/base:debian13",
@@ -21,15 +23,15 @@ REQUEST = build.BuildRequest(
 
 
 def test_tags_name_flavour_profile_and_versions():
-    tags = build.tags_for(REQUEST, {"libfabric": "2.1.0", "openmpi": "5.0.7"})
+    tags = component_tags("efa", "portable", {"libfabric": "2.1.0", "openmpi": "5.0.7"})
     assert tags == ["efa-portable", "efa-portable-libfabric2.1.0-openmpi5.0.7"]
-    odd = build.tags_for(REQUEST, {"nccl": "2.30.4-1+cuda12"})
+    odd = component_tags("efa", "portable", {"nccl": "2.30.4-1+cuda12"})
     assert odd[1] == "efa-portable-nccl2.30.4-1-cuda12"
 
 
 def test_a_wheel_sets_files_count_once_as_the_set():
     member = artifact("pytorch/torch", "2.5.1")
-    versions = build.component_versions(
+    versions = plan.component_versions(
         [
             replace(member, wheelset="pytorch", wheelset_version="2.5.1"),
             replace(
@@ -231,21 +233,16 @@ class Stop(Exception):
 
 
 @pytest.fixture
-def unchanged(monkeypatch, tmp_path):
+def unchanged(monkeypatch, tmp_path, base_probed):
     """build.build() up to the fetch, with docker stubbed: a verified image on record."""
     from efa_image.artifacts import context, preflight
     from efa_image.artifacts.artifact_store import Store
-    from efa_image.building import base, fingerprint
+    from efa_image.building import fingerprint
 
     monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path))
     ctx = context.load(None, [], "portable", Store(tmp_path))
-    monkeypatch.setattr(preflight, "run", lambda *a: None)
-    monkeypatch.setattr(base, "ensure_ref", lambda ref: f"{ref}: present")
-    monkeypatch.setattr(images, "image_id", lambda ref: "sha256:" + "b" * 64)
+    monkeypatch.setattr(preflight, "check_sources", lambda *a: None)
     monkeypatch.setattr(images, "image_size", lambda ref: 703_000_000)
-    monkeypatch.setattr(images, "remove_stale_build_containers", lambda: [])
-    monkeypatch.setattr(build.basecontents, "probe", lambda ref: {})
-    monkeypatch.setattr(images, "probe_cuda", lambda ref: images.BaseCuda())
     tagged: list[str] = []
     monkeypatch.setattr(build, "run_command", lambda argv: tagged.append(argv[-1]))
 
@@ -292,10 +289,12 @@ def test_rebuild_or_a_changed_input_builds(unchanged):
         build.build(request, ctx)
 
 
-def test_a_local_image_of_others_is_probed_before_the_pre_flight(unchanged, monkeypatch):
-    """A DLC already pulled: the pre-flight asks only for what it lacks."""
+def test_the_base_is_probed_once_and_the_pre_flight_asks_only_for_what_it_lacks(
+    unchanged, monkeypatch
+):
+    """A DLC: its EFA and NCCL are kept, the sources are asked only for the rest."""
     from efa_image.artifacts import preflight
-    from efa_image.building import base, basecontents
+    from efa_image.building import basecontents
 
     ctx, request, _, _, _ = unchanged
     found = (
@@ -305,17 +304,34 @@ def test_a_local_image_of_others_is_probed_before_the_pre_flight(unchanged, monk
     monkeypatch.setattr(
         basecontents, "probe", lambda ref: probed.append(ref) or basecontents.parse_probe(found)
     )
-    monkeypatch.setattr(base, "image_id", lambda ref: "sha256:" + "d" * 64)
     asked: list[str] = []
     monkeypatch.setattr(
         preflight,
-        "run",
+        "check_sources",
         lambda context, selection: asked.extend(a.role for a in selection.artifacts),
     )
     with pytest.raises(Stop):
         build.build(replace(request, base_image="dlc:1", rebuild=True), ctx)
     assert "openmpi" in asked and not {"efa", "nccl"} & set(asked)
-    assert probed == ["dlc:1"]  # once: the base probe stage does not ask again
+    assert probed == ["dlc:1"]
+
+
+def test_the_stages_run_in_order_each_named(unchanged, capsys):
+    """The plan's steps, then the stages reading it (here up to the fetch)."""
+    ctx, request, _, _, _ = unchanged
+    with pytest.raises(Stop):
+        build.build(replace(request, rebuild=True), ctx)
+    out = capsys.readouterr().out.splitlines()
+    started = [line.removeprefix("==> image: ") for line in out if line.startswith("==> image: ")]
+    assert started == [
+        "plan",
+        "base image",
+        "base probe",
+        "compatibility",
+        "fingerprint",
+        "pre-flight",
+        "fetch",
+    ]
 
 
 def test_sagemaker_flavours_put_the_training_contract_into_the_image_env():

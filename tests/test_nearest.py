@@ -10,6 +10,7 @@ from efa_image.artifacts.lock import Artifact, Lock
 from efa_image.building import build, nearest
 from efa_image.building.flavors import Catalog
 from efa_image.errors import EfaImageError
+from efa_image.types import BuildRequest
 from httpfixture import serve
 
 CONTENT = b"archive stand-in\n"
@@ -243,13 +244,15 @@ def test_each_profile_is_judged_with_its_own_lock_overlay(server, tmp_path):
     assert "Its artifacts, all at hand: libfabric 2.1.0." in message
 
 
-def test_build_stops_at_the_preflight_with_the_same_advice(server, tmp_path, monkeypatch):
+def test_build_stops_at_the_preflight_with_the_same_advice(
+    server, tmp_path, monkeypatch, base_probed
+):
     monkeypatch.setattr(build, "project_root", lambda: tmp_path)
     loaded = make_lock(server, {"efa_installer", "aws_ofi_nccl", "nccl_tests"})
     store = artifact_store.Store(cache_dir=tmp_path / "cache", timeout=2)
     ctx = context.Context(loaded, store, catalog(), [])
     ctx.by_profile.update(dict.fromkeys(ctx.catalog.profiles, loaded))
-    request = build.BuildRequest("efa", "aws", "base", "efa-image", None, ())
+    request = BuildRequest("efa", "aws", "base", "efa-image", None, ())
     with pytest.raises(EfaImageError, match="make image FLAVOR=efa-reduced PROFILE=upstream"):
         build.build(request, ctx)
     assert not (tmp_path / "cache" / "sha256").exists()

@@ -9,6 +9,7 @@ import pytest
 
 from efa_image import cli
 from efa_image.building import build, fingerprint, images, push
+from efa_image.building.tags import component_tags
 from efa_image.errors import EfaImageError
 from efa_image.runner import CommandError, Result
 
@@ -164,9 +165,7 @@ def test_an_ecr_push_logs_in_with_the_password_on_stdin(monkeypatch, recorder, a
     assert seen == [push.login_commands(push.ecr_of(push.parse_repository(ECR)))[0]]
     login, password = recorder.calls[0]
     assert login[:2] == ["docker", "login"] and password == b"s3cret\n"
-    tags = build.component_tags(
-        "efa-reduced", "portable", {"libfabric": "2.1.0", "nccl_wheel": "2.30.4"}
-    )
+    tags = component_tags("efa-reduced", "portable", {"libfabric": "2.1.0", "nccl_wheel": "2.30.4"})
     assert list(result.digests) == [f"{ECR}:{tag}" for tag in tags]
     assert set(result.digests.values()) == {f"sha256:{'d' * 64}"}
     pushes = [argv for argv, _ in recorder.calls if argv[:2] == ["docker", "push"]]
@@ -220,14 +219,6 @@ def test_a_missing_image_is_named(monkeypatch):
     monkeypatch.setattr(images, "image_id", missing)
     with pytest.raises(EfaImageError, match="no local image nope:1"):
         push.verified("nope:1")
-
-
-def test_the_tags_are_the_builds():
-    request = build.BuildRequest("efa-reduced", "portable", "b", "efa-image", None, ())
-    versions = {"libfabric": "2.1.0", "nccl_wheel": "2.30.4"}
-    assert build.tags_for(request, versions) == build.component_tags(
-        "efa-reduced", "portable", versions
-    )
 
 
 @pytest.mark.parametrize(
@@ -304,7 +295,7 @@ def test_setup_installs_the_registry_the_push_tests_serve():
 )
 def test_build_push_checks_the_repository_before_building(monkeypatch, capsys, repository, words):
     monkeypatch.setattr(push.shutil, "which", lambda name: None)
-    monkeypatch.setattr(cli, "ensure_docker", lambda: "running")
+    monkeypatch.setattr(cli.build, "ensure_docker", lambda: "running")
 
     def no_build(*_args):
         raise AssertionError("built before the repository was checked")

@@ -1,4 +1,4 @@
-"""PyTorch's NCCL against the image's, decided from the lock before `efa-image build` runs.
+"""PyTorch's NCCL against the image's, decided from the lock when `efa-image build` plans.
 
 The torch side comes from the lock's pytorch wheel set: the nvidia-nccl-cu12 it
 leaves out (`excluded`, with the version torch pins: the NCCL it was built with)
@@ -12,9 +12,10 @@ import pytest
 
 from efa_image.artifacts import context, lock, preflight
 from efa_image.artifacts.artifact_store import Store
-from efa_image.building import base, build, images
+from efa_image.building import build, images
 from efa_image.compat import planned, rules
 from efa_image.errors import EfaImageError
+from efa_image.types import BuildRequest
 
 RULES = ("torch-nccl-matches-image-nccl", "image-nccl-not-older-than-torch-build")
 FLAVOR, PROFILE = "sagemaker-reduced", "portable"
@@ -68,7 +69,7 @@ def test_without_pytorch_in_the_flavor_the_rules_are_skipped(tmp_path):
 
 
 @pytest.fixture
-def stubbed(monkeypatch):
+def stubbed(monkeypatch, base_probed):
     """build.build() with the artifact pre-flight and the base image stubbed out."""
     calls: list[str] = []
 
@@ -76,13 +77,12 @@ def stubbed(monkeypatch):
         calls.append("preflight")
         raise Stop
 
-    monkeypatch.setattr(preflight, "run", reached)
-    monkeypatch.setattr(base, "ensure_ref", lambda ref: calls.append("base") or "")
-    return calls
+    monkeypatch.setattr(preflight, "check_sources", reached)
+    return calls, base_probed
 
 
-def request_for(ctx: context.Context) -> build.BuildRequest:
-    return build.BuildRequest(
+def request_for(ctx: context.Context) -> BuildRequest:
+    return BuildRequest(
         flavor=FLAVOR,
         profile=PROFILE,
         base_image="efa-image/base:debian12",
@@ -96,10 +96,10 @@ def test_build_goes_past_the_lock_check_with_the_real_lock(tmp_path, stubbed):
     ctx = load(tmp_path)
     with pytest.raises(Stop):
         build.build(request_for(ctx), ctx)
-    assert stubbed == ["preflight"]
+    assert stubbed == (["preflight"], ["efa-image/base:debian12"])
 
 
-def test_an_image_nccl_older_than_torchs_build_is_refused_before_anything_runs(
+def test_an_image_nccl_older_than_torchs_build_is_refused_before_the_pre_flight(
     tmp_path, stubbed, capsys
 ):
     ctx = load(tmp_path, '  nccl_wheel:\n    version: "2.20.5"\n')
@@ -109,8 +109,8 @@ def test_an_image_nccl_older_than_torchs_build_is_refused_before_anything_runs(
     assert message.startswith("incompatible versions, nothing was built:")
     assert "nccl 2.20.5 must be >= 2.21.5 (from torch_nccl_built 2.21.5)" in message
     assert "Fix: give the image an NCCL at least as new as PyTorch's build" in message
-    # Neither the artifacts' sources nor the base image were asked.
-    assert stubbed == []
+    # Judged once, in the plan: the artifacts' sources were not asked.
+    assert stubbed == ([], ["efa-image/base:debian12"])
     assert "BAD  image-nccl-not-older-than-torch-build" in capsys.readouterr().out
 
 
@@ -128,8 +128,9 @@ def test_a_set_that_installs_its_own_nccl_wheel_is_refused_naming_the_exclude(tm
     )
     with_wheel = [replace(a, wheelset_excluded=()) if a.wheelset else a for a in needed]
     roles, methods = ctx.catalog.roles(FLAVOR), ctx.catalog.methods(PROFILE)
+    facts = planned.compat_facts([*with_wheel, nccl], roles, methods, images.BaseCuda())
     with pytest.raises(EfaImageError) as error:
-        planned.check_lock_compatibility([*with_wheel, nccl], roles, methods)
+        planned.check_compatibility(facts)
     message = str(error.value)
     assert "torch_nccl 2.21.5 must be == 2.30 (from nccl 2.30.4)" in message
     assert "resolve.exclude" in message and "efa-image lock update pytorch" in message

@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+from efa_image.types import Finding
 from efa_image.verification import nccl_log, verify
 from nccl_lines import EFA_LINES
 
@@ -184,7 +185,7 @@ def perf_run(log: str, devices: str = ""):
     )
 
 
-def network(report: verify.Report) -> verify.Finding:
+def network(report: verify.Report) -> Finding:
     return next(f for f in report.findings if f.check == "NCCL network")
 
 

@@ -16,6 +16,14 @@ def project_root() -> Path:
     return Path.cwd()
 
 
+def default_cache_dir() -> Path:
+    """Artifacts, base image locks, the build cache and the verified-image records."""
+    if env := os.environ.get("EFA_IMAGE_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "efa-image"
+
+
 def venv_dir() -> Path:
     return Path(os.environ.get("EFA_IMAGE_VENV", project_root() / ".venv"))
 

@@ -26,6 +26,7 @@ from efa_image import __version__
 from efa_image.artifacts.lock_model import Artifact
 from efa_image.errors import EfaImageError
 from efa_image.filelock import exclusive
+from efa_image.paths import default_cache_dir
 
 CHUNK = 1 << 20
 DEFAULT_TIMEOUT = 20.0
@@ -38,13 +39,6 @@ class ArtifactError(EfaImageError):
 
 class ChecksumMismatch(ArtifactError):
     pass
-
-
-def default_cache_dir() -> Path:
-    if env := os.environ.get("EFA_IMAGE_CACHE"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "efa-image"
 
 
 def mirror_url(mirror: str, artifact: Artifact) -> str:

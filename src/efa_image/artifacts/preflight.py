@@ -18,11 +18,19 @@ from efa_image.errors import EfaImageError
 
 
 def run(context: Context, selection: Selection, suggest: bool = True) -> list[Availability]:
-    """Check the selection, print each outcome, and stop with the remedies if any failed."""
+    """The lock's own problems, then the sources (check_sources)."""
     # Needs no download: a lock entry that is no known smdistributed build, or a
     # flavour with smdistributed but no PyTorch, is refused before anything else.
+    # (`efa-image build` judges these with its other compatibility facts.)
     roles = context.catalog.roles(selection.flavor) if selection.flavor else None
     smdistributed.check_lock(selection.artifacts, roles)
+    return check_sources(context, selection, suggest)
+
+
+def check_sources(
+    context: Context, selection: Selection, suggest: bool = True
+) -> list[Availability]:
+    """Check the selection, print each outcome, and stop with the remedies if any failed."""
     start = time.monotonic()
     checks = context.store.preflight(selection.artifacts)
     for check in checks:

@@ -19,9 +19,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from efa_image.artifacts.artifact_store import default_cache_dir
 from efa_image.errors import EfaImageError
 from efa_image.filelock import exclusive
+from efa_image.paths import default_cache_dir
 from efa_image.runner import run_command
 
 REPOSITORY = os.environ.get("EFA_IMAGE_BASE_REPO", "efa-image/base")

@@ -1,56 +1,37 @@
-"""`efa-image build`: base image, pre-flight, packer build, verify, then tag.
+"""`efa-image build`: the request resolved into a plan, then one stage after another.
+
+The stages, each named and timed as it runs: the plan (efa_image.building.plan:
+the lock's selection, the base image made present and probed, the
+compatibility facts judged, the fingerprint), the pre-flight of the artifacts'
+sources, the fetch, `packer build` (efa_image.building.packer), verification,
+and the tags. Each stage reads the plan and derives nothing again.
 
 Packer commits the image only when every provisioner succeeded; this module
 tags it only after verification passed, so no failed or unverified build is
-ever tagged as good. The steps themselves live elsewhere: the pre-flight in
-efa_image.artifacts.preflight, docker inspection in efa_image.building.images, the compatibility
-facts in efa_image.compat.planned and Packer in efa_image.building.packer.
+ever tagged as good. An unchanged build (its fingerprint recorded as verified,
+the image still there) tags the earlier image again and runs nothing.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 
 from efa_image.artifacts import preflight
-from efa_image.artifacts.context import Context
-from efa_image.artifacts.lock import Artifact
-from efa_image.building import base, basecontents, distro, fingerprint, images, packer
-from efa_image.compat.planned import (
-    check_compatibility,
-    check_lock_compatibility,
-    compat_facts,
-    needs_nvcc,
-)
+from efa_image.artifacts.context import Context, Selection
+from efa_image.building import fingerprint, images, packer
+from efa_image.building.plan import Plan, resolve
+from efa_image.building.tags import component_tags
 from efa_image.errors import EfaImageError
 from efa_image.paths import project_root
 from efa_image.runner import run_command
 from efa_image.timing import StepTimer
+from efa_image.types import BuildRequest
 from efa_image.verification import multihost, verify
 from efa_image.verification.containers import target
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    flavor: str
-    profile: str
-    base_image: str
-    repository: str
-    mirror: str | None
-    overlays: tuple[str, ...]
-    extra_vars: tuple[str, ...] = ()
-    # Build cache directory (efa_image.building.build_cache): "" for the default, "off".
-    build_cache: str = ""
-    # Build even when a verified image with the same fingerprint exists.
-    rebuild: bool = False
-    # Look for the flavour's components in the base image (efa_image.building.basecontents):
-    # found ones are verified and recorded (method present), not installed.
-    detect: bool = True
 
 
 @dataclass
@@ -85,168 +66,78 @@ class BuildResult:
         return json.dumps(asdict(self), indent=2) + "\n"
 
 
-def component_versions(artifacts: list[Artifact]) -> dict[str, str]:
-    """Name -> version; a wheel set's files count once, as the set (pytorch 2.5.1)."""
-    return {
-        (artifact.wheelset or artifact.name): (artifact.wheelset_version or artifact.version)
-        for artifact in artifacts
-    }
-
-
-def tags_for(request: BuildRequest, versions: dict[str, str]) -> list[str]:
-    return component_tags(request.flavor, request.profile, versions)
-
-
-def component_tags(flavor: str, profile: str, versions: dict[str, str]) -> list[str]:
-    """`efa-portable` and one naming every component version, docker-tag safe (also what
-    efa_image.building.push derives from a built image's labels)."""
-    parts = [f"{name.replace('_', '')}{version}" for name, version in sorted(versions.items())]
-    detailed = re.sub(r"[^A-Za-z0-9_.-]", "-", "-".join([flavor, profile, *parts]))
-    return [f"{flavor}-{profile}", detailed[:128]]
-
-
 def build(request: BuildRequest, context: Context) -> BuildResult:
-    root = project_root()
-    out = root / "build"
-    out.mkdir(exist_ok=True)
     timer = StepTimer("image")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    plan = resolve(request, context, timer)
     result = BuildResult(
-        request.flavor,
-        request.profile,
+        plan.flavor,
+        plan.profile,
         request.base_image,
-        {},
-        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        dict(plan.components),
+        started=started,
+        fingerprint=plan.fingerprint.digest,
+        from_base=plan.from_base,
+        installed=plan.installed,
     )
-    catalog = context.catalog
-    roles, methods = catalog.roles(request.flavor), catalog.methods(request.profile)
-    # First, before any slow step: every missing artifact named within seconds, and
-    # what the lock alone makes incompatible (PyTorch's NCCL and the image's).
     with timer.step("pre-flight"):
-        selection = context.select(None, request.flavor, request.profile)
-        needed = selection.artifacts
-        result.components = component_versions(needed)
-        # An image already here that is no recipe of ours (a DLC) is probed first: the
-        # pre-flight then asks the sources only for what it lacks.
-        early = base.recipe_for(request.base_image) is None and bool(
-            base.image_id(request.base_image)
-        )
-        if early:
-            request, needed = use_base_contents(request, roles, needed, result)
-        check_lock_compatibility(needed, roles, methods)
-        preflight.run(context, replace(selection, artifacts=needed))
-    versions = result.components
-    with timer.step("base image"):
-        print(base.ensure_ref(request.base_image), flush=True)
-        base_id = images.image_id(request.base_image)
-        # Even an unchanged build cleans up after interrupted ones.
-        images.remove_stale_build_containers()
-    # What the base holds decides the roles' methods, hence the fingerprint.
-    with timer.step("base probe"):
-        cuda = images.probe_cuda(request.base_image)
-        print(f"CUDA in the base image: {cuda.version or 'none'} {cuda.home}", flush=True)
-        if not early:
-            request, needed = use_base_contents(request, roles, needed, result)
-            versions = result.components
-    with timer.step("fingerprint"):
-        inputs = fingerprint.compute(
-            root,
-            flavor=request.flavor,
-            profile=request.profile,
-            flavor_roles=catalog.roles(request.flavor),
-            base_image_id=base_id,
-            artifacts=needed,
-            overlays=[Path(p) for p in request.overlays],
-            extra_vars=request.extra_vars,
-        )
-        result.fingerprint = inputs.digest
-        reusable = None if request.rebuild else reusable_image(inputs.digest)
+        selection = Selection(list(plan.artifacts), plan.flavor, plan.profile)
+        preflight.check_sources(context, selection)
+    reusable = None if request.rebuild else reusable_image(plan.fingerprint.digest)
     if reusable:
-        return reuse(reusable, request, result, timer)
+        return reuse(reusable, plan, result, timer)
     with timer.step("fetch"):
-        for artifact in needed:
+        for artifact in plan.artifacts:
             context.store.get(artifact)
-        print(f"{len(needed)} artifacts verified in the cache", flush=True)
-    with timer.step("compatibility"):
-        libfabric = distro.probe_for(request.base_image, methods)
-        facts = compat_facts(needed, roles, methods, cuda, libfabric)
-        check_compatibility({**facts, **base_facts(result.from_base)})
-        if not cuda.home and needs_nvcc(needed):
-            raise EfaImageError(
-                f"flavour {request.flavor} with profile {request.profile} compiles against CUDA, "
-                f"and {request.base_image} has no nvcc: use a CUDA devel base image "
-                "(nvidia/cuda:<ver>-devel-ubuntu22.04, or efa-image/base:debian13-cuda here)"
-            )
-    # Per build process: builds side by side (make test's steps) must never read
-    # each other's variables or image. An earlier run's manifest is never this run's.
-    var_file = out / f"{request.flavor}-{request.profile}.{os.getpid()}.pkrvars.json"
-    manifest = out / f"packer-manifest.{os.getpid()}.json"
-    manifest.unlink(missing_ok=True)
-    owner = f"pid:{os.getpid()}"
-    path = images.base_path(request.base_image)
-    variables = packer.packer_vars(
-        request,
-        versions,
-        path,
-        owner,
-        cuda.home,
-        inputs.digest,
-        str(manifest),
-        allow_unpinned=context.store.allow_unpinned,
-        env=context.catalog.image_env.get(request.flavor),
-        path_extra=context.catalog.image_path.get(request.flavor),
-    )
-    var_file.write_text(json.dumps(variables, indent=2) + "\n")
+        print(f"{len(plan.artifacts)} artifacts verified in the cache", flush=True)
     with timer.step("packer build"):
-        try:
-            image, output = packer.packer_build(root, var_file, manifest)
-        finally:
-            var_file.unlink(missing_ok=True)
-        # Where users and the README look for the last build's manifest.
-        manifest.replace(out / "packer-manifest.json")
-        result.roles = packer.role_durations(output)
-        result.build_cache = packer.build_cache_outcomes(output)
+        image = run_packer(plan, context, result)
     with timer.step("verify"):
         try:
-            verify_image(image, versions, result)
+            verify_image(image, plan, result)
         except EfaImageError:
             # Nothing that failed verification stays behind to be taken as a build.
             subprocess.run(["docker", "rmi", image], capture_output=True, check=False)
             raise
-    fingerprint.record_verified(inputs, image)
-    tag(image, request, versions, result)
+        fingerprint.record_verified(plan.fingerprint, image)
+    with timer.step("tag"):
+        tag(image, plan, result)
     return finish(result, timer)
 
 
-def use_base_contents(
-    request: BuildRequest, roles: list[str], needed: list[Artifact], result: BuildResult
-) -> tuple[BuildRequest, list[Artifact]]:
-    """The roles whose component the base has get method present (extra variables,
-    hence in the fingerprint); their artifacts are not needed, their versions are
-    the base's. Prints what is kept and what will be installed."""
-    if not request.detect:
-        result.installed = list(roles)
-        print(f"base contents: not looked for (--no-detect); to install: {', '.join(roles)}")
-        return request, needed
-    found = basecontents.probe(request.base_image)
-    plan = basecontents.plan(found, roles, result.components)
-    print(plan.render(request.base_image), flush=True)
-    result.from_base, result.installed = plan.report(), plan.install
-    kept = [artifact for artifact in needed if artifact.role not in plan.present]
-    result.components = {**component_versions(kept), **plan.versions()}
-    return replace(request, extra_vars=plan.extra_vars() + request.extra_vars), kept
-
-
-def base_facts(from_base: dict[str, dict]) -> dict[str, str]:
-    """The compatibility facts of the components the base brings: their versions, and
-    libfabric judged as the EFA installer's where the installer's record is there."""
-    facts = {"nccl": from_base["nccl"]["version"]} if "nccl" in from_base else {}
-    if efa := from_base.get("efa"):
-        facts["libfabric"] = efa["version"]
-        installer = efa["detail"].get("installer", "")
-        facts["efa_method"] = "efa_installer" if installer else "source"
-        if installer:
-            facts["efa_installer"] = installer
-    return facts
+def run_packer(plan: Plan, context: Context, result: BuildResult) -> str:
+    """`packer build` with the plan's variables; the committed image, roles' durations
+    and the build cache's answers into the result."""
+    root = project_root()
+    out = root / "build"
+    out.mkdir(exist_ok=True)
+    # Per build process: builds side by side (make test's steps) must never read
+    # each other's variables or image. An earlier run's manifest is never this run's.
+    var_file = out / f"{plan.flavor}-{plan.profile}.{os.getpid()}.pkrvars.json"
+    manifest = out / f"packer-manifest.{os.getpid()}.json"
+    manifest.unlink(missing_ok=True)
+    variables = packer.packer_vars(
+        plan.request,
+        dict(plan.components),
+        plan.base.path,
+        f"pid:{os.getpid()}",
+        plan.base.cuda.home,
+        plan.fingerprint.digest,
+        str(manifest),
+        allow_unpinned=context.store.allow_unpinned,
+        env=context.catalog.image_env.get(plan.flavor),
+        path_extra=context.catalog.image_path.get(plan.flavor),
+    )
+    var_file.write_text(json.dumps(variables, indent=2) + "\n")
+    try:
+        image, output = packer.packer_build(root, var_file, manifest)
+    finally:
+        var_file.unlink(missing_ok=True)
+    # Where users and the README look for the last build's manifest.
+    manifest.replace(out / "packer-manifest.json")
+    result.roles = packer.role_durations(output)
+    result.build_cache = packer.build_cache_outcomes(output)
+    return image
 
 
 def reusable_image(digest: str) -> str | None:
@@ -257,7 +148,7 @@ def reusable_image(digest: str) -> str | None:
     return None
 
 
-def reuse(image: str, request: BuildRequest, result: BuildResult, timer: StepTimer) -> BuildResult:
+def reuse(image: str, plan: Plan, result: BuildResult, timer: StepTimer) -> BuildResult:
     """An unchanged build: the earlier verified image is tagged again, nothing runs."""
     print(
         f"unchanged: every input matches verified image {image} (fingerprint "
@@ -265,21 +156,23 @@ def reuse(image: str, request: BuildRequest, result: BuildResult, timer: StepTim
         flush=True,
     )
     result.reused = True
-    tag(image, request, result.components, result)
+    with timer.step("tag"):
+        tag(image, plan, result)
     return finish(result, timer)
 
 
 def finish(result: BuildResult, timer: StepTimer) -> BuildResult:
     """The stage durations into the result, and the summary a build ends with."""
-    result.stages = {name: round(secs, 1) for name, secs, _ in timer.records}
+    result.stages = {step.name: round(step.seconds, 1) for step in timer.steps}
     print(timer.summary())
     print_summary(result)
     return result
 
 
-def tag(image: str, request: BuildRequest, versions: dict[str, str], result: BuildResult) -> None:
+def tag(image: str, plan: Plan, result: BuildResult) -> None:
     """Tag the verified image; its tags and size go into the result."""
-    tags = [f"{request.repository}:{name}" for name in tags_for(request, versions)]
+    names = component_tags(plan.flavor, plan.profile, plan.components)
+    tags = [f"{plan.request.repository}:{name}" for name in names]
     for name in tags:
         run_command(["docker", "tag", image, name])
     result.image, result.tags = image, tags
@@ -297,10 +190,10 @@ def print_summary(result: BuildResult) -> None:
         print(f"before clean-up the same components took {int(before) / 1e6:.0f} MB (du of /)")
 
 
-def verify_image(image: str, versions: dict[str, str], result: BuildResult) -> None:
+def verify_image(image: str, plan: Plan, result: BuildResult) -> None:
     """EFA userspace, image ENV, compatibility, and an MPI job across two containers."""
     with target(None, image) as run:
-        report = verify.verify_efa(run, version=versions.get("libfabric"))
+        report = verify.verify_efa(run, version=plan.components.get("libfabric"))
         mismatches = images.check_image_env(image, run)
         report.add("image ENV", not mismatches, "; ".join(mismatches) or "matches env.d")
         verify.verify_compat(run, report)

@@ -31,7 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from efa_image.artifacts.artifact_store import default_cache_dir, sha256_of
+from efa_image.artifacts.artifact_store import sha256_of
+from efa_image.paths import default_cache_dir
 
 FORMAT = 2
 OFF = "off"

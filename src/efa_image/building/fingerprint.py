@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from efa_image.artifacts.artifact_store import default_cache_dir
 from efa_image.artifacts.lock import Artifact
+from efa_image.paths import default_cache_dir
 
 FORMAT = 1
 LABEL = "org.efa-image.fingerprint"
@@ -143,13 +143,13 @@ def compute(
     return Fingerprint(hashlib.sha256(encoded).hexdigest(), inputs)
 
 
-def records_dir() -> Path:
+def verified_dir() -> Path:
     return default_cache_dir() / "images"
 
 
 def record_verified(fingerprint: Fingerprint, image: str, directory: Path | None = None) -> Path:
     """Written only after the image passed verification: what a later build may reuse."""
-    directory = directory or records_dir()
+    directory = directory or verified_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{fingerprint.digest}.json"
     partial = path.with_suffix(f".{os.getpid()}.partial")
@@ -165,7 +165,7 @@ def record_verified(fingerprint: Fingerprint, image: str, directory: Path | None
 
 def verified_image(digest: str, directory: Path | None = None) -> str | None:
     """The image recorded as verified for this fingerprint, if any."""
-    path = (directory or records_dir()) / f"{digest}.json"
+    path = (directory or verified_dir()) / f"{digest}.json"
     try:
         image = json.loads(path.read_text()).get("image")
     except (OSError, ValueError):

@@ -12,15 +12,12 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from efa_image.artifacts.artifact_store import default_cache_dir
 from efa_image.building.images import CUDA_HOMES, DEFAULT_PATH
 from efa_image.errors import EfaImageError
+from efa_image.paths import default_cache_dir
 from efa_image.runner import CommandError, run_command
-
-if TYPE_CHECKING:
-    from efa_image.building.build import BuildRequest
+from efa_image.types import BuildRequest
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PACKER_PREFIX = re.compile(r"^\s*(?:==> )?docker\.image:\s?")

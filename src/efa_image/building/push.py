@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from efa_image.building import fingerprint, images
-from efa_image.building.build import component_tags
+from efa_image.building.tags import component_tags
 from efa_image.errors import EfaImageError
 from efa_image.runner import CommandError, log, run_command
 
@@ -154,7 +154,7 @@ def verified(ref: str) -> VerifiedImage:
         raise EfaImageError(
             f"{ref} ({image[:19]}) did not pass verification here: no verified build of this "
             f"image is recorded for its fingerprint {digest[:16]} (under "
-            f"{fingerprint.records_dir()}); only verified images are pushed: run "
+            f"{fingerprint.verified_dir()}); only verified images are pushed: run "
             "`efa-image build` (it verifies before tagging), then push what it tagged"
         )
     return VerifiedImage(image, digest, build_tags(image))

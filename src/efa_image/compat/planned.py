@@ -8,8 +8,8 @@ and a violation stops the build before any build work.
 
 The torch side comes from the pytorch wheel set (efa_image.compat.pytorch.torch_facts:
 torch's version and CUDA, the NCCL it was built with and the one it loads).
-The lock alone decides those rules, so `efa-image build` checks them before anything else
-(check_lock_compatibility); verification checks them again in the image.
+`efa-image build` judges every fact once, in its plan (efa_image.building.plan),
+before any artifact source is asked; verification checks them again in the image.
 """
 
 from __future__ import annotations
@@ -87,17 +87,6 @@ def check_compatibility(facts: dict[str, str], every_outcome: bool = True) -> ru
             + "\n".join(f"  - {v.message} ({v.reference})" for v in result.violations)
         )
     return result
-
-
-def check_lock_compatibility(
-    needed: list[Artifact], roles: list[str], methods: dict[str, str]
-) -> rules.Check:
-    """The rules that the lock alone decides (PyTorch's NCCL against the image's, ...),
-    before the base image is looked at: a violation stops the build at once. The
-    rules needing the base image's facts are skipped here and judged (and every
-    outcome printed) at the compatibility step."""
-    facts = compat_facts(needed, roles, methods, BaseCuda())
-    return check_compatibility(facts, every_outcome=False)
 
 
 def needs_nvcc(needed: list[Artifact]) -> bool:

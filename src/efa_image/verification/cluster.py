@@ -118,7 +118,7 @@ def judge_nccl_log(
     efa_devices: list[str],
     threshold: float | None = None,
     rc: int = 0,
-) -> nccl_tests.Result | None:
+) -> nccl_tests.PerfRun | None:
     """An all_reduce_perf log across `nodes` hosts: results, what carried the traffic, busbw."""
     try:
         result = nccl_tests.parse(text)
@@ -149,7 +149,7 @@ def nccl_job(
     efa_devices: list[str],
     threshold: float | None = None,
     max_bytes: str = "8G",
-) -> nccl_tests.Result | None:
+) -> nccl_tests.PerfRun | None:
     """HARDWARE: all_reduce_perf across the hosts over EFA, judged (judge_nccl_log)."""
     first = ssh.runner(hosts[0])
     argv = nccl_mpirun(hosts, per_host, bool(efa_devices), max_bytes, host_mpirun(first))

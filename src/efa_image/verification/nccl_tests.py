@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from efa_image.errors import EfaImageError
-from efa_image.verification.verify import Finding
+from efa_image.types import Finding
 
 HEADER_KEYS = ("nThread", "nGpus", "minBytes", "maxBytes")
 # Prefixes launchers add: Open MPI --tag-output, srun --label, ISO or bracketed timestamps.
@@ -75,7 +75,9 @@ class Device:
 
 
 @dataclass
-class Result:
+class PerfRun:
+    """One all_reduce_perf run as parsed from its output: rows, ranks, the summary."""
+
     rows: list[Row] = field(default_factory=list)
     devices: list[Device] = field(default_factory=list)
     header: dict[str, int] = field(default_factory=dict)
@@ -139,9 +141,9 @@ def _row(line: str) -> Row | None:
     return Row(int(lead[0]), int(lead[1]), lead[2], redop, root, out_of_place, in_place)
 
 
-def parse(text: str) -> Result:
+def parse(text: str) -> PerfRun:
     """Parse one nccl-tests run; raises ParseError if it holds no results at all."""
-    result = Result()
+    result = PerfRun()
     for raw in text.splitlines():
         line = _strip_prefix(raw).strip()
         if not line.startswith("#"):
@@ -227,7 +229,7 @@ def load_network_floors(path: Path | str | None = None) -> dict[str, float]:
 
 
 def check_network_bandwidth(
-    result: Result, instance_type: str, floors: Mapping[str, float] | None = None
+    result: PerfRun, instance_type: str, floors: Mapping[str, float] | None = None
 ) -> Finding:
     """One node, NCCL's traffic forced through the net plugin (NETWORK_ONLY_ENV): the
     busbw of the largest size against the instance's network_1 floor."""
@@ -263,7 +265,7 @@ def _floor(floors: float | Mapping[int, float], nodes: int) -> float | None:
 
 
 def check_bandwidth(
-    result: Result,
+    result: PerfRun,
     instance_type: str,
     thresholds: Mapping[str, float | Mapping[int, float]] | None = None,
     nodes: int | None = None,

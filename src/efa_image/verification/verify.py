@@ -1,6 +1,6 @@
 """Hardware-aware verification of the EFA userspace, shared by the CLI and molecule.
 
-Checks run through a `run(command) -> Result` callable, so the same code serves
+Checks run through a `run(command) -> Output` callable, so the same code serves
 `docker exec` (efa-image verify) and testinfra (`host.run`). With EFA devices
 (/dev/infiniband/uverbs*) present, the EFA provider must offer RDM endpoints
 with protocol FI_PROTO_EFA. Without them, that check is impossible, and the
@@ -15,14 +15,12 @@ import json
 import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from efa_image.compat import rules
 from efa_image.sagemaker import instance_types
-from efa_image.verification import fi_info, nccl_log
-
-if TYPE_CHECKING:  # nccl_tests imports Finding from here
-    from efa_image.verification.nccl_tests import Result as NcclTestsResult
+from efa_image.types import Finding
+from efa_image.verification import fi_info, nccl_log, nccl_tests
 
 
 class Output(Protocol):
@@ -39,14 +37,6 @@ class Outcome:
 
 
 Run = Callable[[str], Output]
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    # None: a fact reported, neither passed nor failed (what this host cannot show).
-    ok: bool | None
-    detail: str
 
 
 @dataclass
@@ -289,7 +279,7 @@ def verify_perf(
     instance_type: str,
     threshold: float | None = None,
     max_bytes: str = "8G",
-) -> NcclTestsResult | None:
+) -> nccl_tests.PerfRun | None:
     """HARDWARE: all_reduce_perf on every GPU of this host, twice.
 
     First as NCCL chooses (NVLink within the node: the nodes_1 floor), then, with two
@@ -298,8 +288,6 @@ def verify_perf(
     makes NCCL and the plugin say what carried the traffic; network_findings judges
     the run that used the network. Without a GPU the check fails and says why.
     """
-    from efa_image.verification import nccl_tests  # imports Finding from here
-
     gpus = gpu_count(run)
     if not gpus:
         report.add("nccl-tests", False, "no GPU visible (nvidia-smi): --perf needs a GPU host")
@@ -327,10 +315,8 @@ def verify_perf(
 
 def _all_reduce_perf(
     run: Run, report: Report, check: str, command: str
-) -> tuple[NcclTestsResult, str] | None:
+) -> tuple[nccl_tests.PerfRun, str] | None:
     """One all_reduce_perf run: its parsed result and output, its finding in the report."""
-    from efa_image.verification import nccl_tests
-
     output = run(command)
     text = output.stdout + output.stderr
     try:
