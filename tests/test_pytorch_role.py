@@ -95,8 +95,8 @@ def test_nccl_codes_read_as_versions():
     assert FILTERS.nccl_version("22105") == "2.21.5"
 
 
-def preflight(tmp_path, variables, lock_entries=None, env=None):
-    """The role's preflight (tasks_from) against localhost; returns the process."""
+def preflight(tmp_path, variables, lock_entries=None, env=None, tasks_from="preflight"):
+    """The role's preflight (or another task file) against localhost; returns the process."""
     path = lock_file(tmp_path)
     if lock_entries is None:
         path.write_text((ROOT / "playbooks/group_vars/all/versions.yml").read_text())
@@ -114,7 +114,7 @@ def preflight(tmp_path, variables, lock_entries=None, env=None):
             - name: Run it
               ansible.builtin.include_role:
                 name: pytorch
-                tasks_from: preflight
+                tasks_from: {tasks_from}
               vars: {variables!r}
         """)
     )
@@ -160,10 +160,17 @@ def test_wheels_for_another_python_are_refused_naming_the_fix(tmp_path):
     assert "`efa-image lock update pytorch`" in message
 
 
+# The present method's check (install-present.yml), with the version the
+# preflight sets from the lock's set.
+PRESENT = {
+    "pytorch_method": "present",
+    "pytorch_python": sys.executable,
+    "__pytorch_version": "2.5.1",
+}
+
+
 def test_present_without_torch_is_refused(tmp_path):
-    message = refusal(
-        preflight(tmp_path, {"pytorch_method": "present", "pytorch_python": sys.executable})
-    )
+    message = refusal(preflight(tmp_path, PRESENT, tasks_from="install-present"))
     assert "pytorch_method present needs PyTorch 2.5.1 (the lock's pytorch)" in message
     assert "which has no PyTorch (ModuleNotFoundError: No module named 'torch')" in message
 
@@ -173,9 +180,5 @@ def test_present_with_another_torch_is_refused(tmp_path):
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
     (site / "torch" / "__init__.py").write_text('__version__ = "2.4.0+cu121"\n')
-    proc = preflight(
-        tmp_path,
-        {"pytorch_method": "present", "pytorch_python": sys.executable},
-        env={"PYTHONPATH": str(site)},
-    )
+    proc = preflight(tmp_path, PRESENT, env={"PYTHONPATH": str(site)}, tasks_from="install-present")
     assert "which has PyTorch 2.4.0+cu121: use a base image with PyTorch 2.5.1" in refusal(proc)
