@@ -70,10 +70,12 @@ def test_a_bare_base_or_an_installer_record_alone_holds_nothing():
 
 
 def test_found_components_get_present_and_the_rest_is_installed():
-    plan = basecontents.plan(basecontents.parse_probe(EFA_REDUCED), SAGEMAKER, {"pytorch": "2.5.1"})
-    assert list(plan.present) == ["efa", "openmpi", "nccl"]
-    assert plan.install == ["mpi_ssh", "metis", "rmm", "pytorch", "sagemaker_training"]
-    assert plan.extra_vars() == (
+    use = basecontents.base_use(
+        basecontents.parse_probe(EFA_REDUCED), SAGEMAKER, {"pytorch": "2.5.1"}
+    )
+    assert list(use.present) == ["efa", "openmpi", "nccl"]
+    assert use.install == ["mpi_ssh", "metis", "rmm", "pytorch", "sagemaker_training"]
+    assert use.extra_vars() == (
         "efa_method=present",
         "efa_prefix=/opt/amazon/efa",
         "openmpi_method=present",
@@ -82,17 +84,17 @@ def test_found_components_get_present_and_the_rest_is_installed():
         "nccl_prefix=/opt/nccl",
         "openmpi_libfabric_prefix=/opt/amazon/efa",
     )
-    assert plan.versions() == {"libfabric": "2.1.0", "openmpi": "5.0.7", "nccl": "2.30.4"}
-    text = plan.render("base:1")
+    assert use.versions() == {"libfabric": "2.1.0", "openmpi": "5.0.7", "nccl": "2.30.4"}
+    text = use.render("base:1")
     assert "base image base:1 has efa (2.1.0 in /opt/amazon/efa" in text
     assert text.endswith("to install: mpi_ssh, metis, rmm, pytorch, sagemaker_training")
 
 
 def test_a_dlcs_pytorch_is_used_when_it_is_the_locked_one():
     found = basecontents.parse_probe(DLC.replace("aws_ofi_nccl prefix /usr/local\n", ""))
-    plan = basecontents.plan(found, SAGEMAKER, {"pytorch": "2.5.1"})
-    assert "pytorch_python=/opt/conda/bin/python" in plan.extra_vars()
-    assert plan.install == ["mpi_ssh", "metis", "rmm", "sagemaker_training"]
+    use = basecontents.base_use(found, SAGEMAKER, {"pytorch": "2.5.1"})
+    assert "pytorch_python=/opt/conda/bin/python" in use.extra_vars()
+    assert use.install == ["mpi_ssh", "metis", "rmm", "sagemaker_training"]
 
 
 def test_another_pytorch_or_a_role_without_present_is_refused_before_the_build():
@@ -100,25 +102,25 @@ def test_another_pytorch_or_a_role_without_present_is_refused_before_the_build()
     with pytest.raises(
         EfaImageError, match=r"PyTorch is 2[.]5[.]1 .* the lock pins 2[.]6[.]0.*--no-detect"
     ):
-        basecontents.plan(found, SAGEMAKER, {"pytorch": "2.6.0"})
+        basecontents.base_use(found, SAGEMAKER, {"pytorch": "2.6.0"})
     roles = load_catalog().roles("sagemaker")
     with_metis = basecontents.parse_probe(DLC + "metis library /usr/local/lib/libmetis.so\n")
     refused = (
         r"has metis .*/usr/local/lib/libmetis.so.*metis role has no present method.*--no-detect"
     )
     with pytest.raises(EfaImageError, match=refused):
-        basecontents.plan(with_metis, roles, {"pytorch": "2.5.1"})
+        basecontents.base_use(with_metis, roles, {"pytorch": "2.5.1"})
 
 
 def test_a_dlcs_plugin_is_used_where_the_flavour_has_aws_ofi_nccl():
     found = basecontents.parse_probe(DLC)
     roles = load_catalog().roles("sagemaker")
-    plan = basecontents.plan(found, roles, {"pytorch": "2.5.1"})
-    assert "aws_ofi_nccl_method=present" in plan.extra_vars()
-    assert "aws_ofi_nccl_prefix=/usr/local" in plan.extra_vars()
+    use = basecontents.base_use(found, roles, {"pytorch": "2.5.1"})
+    assert "aws_ofi_nccl_method=present" in use.extra_vars()
+    assert "aws_ofi_nccl_prefix=/usr/local" in use.extra_vars()
     # The probe reads no plugin version: no tag or label claims one.
-    assert "aws_ofi_nccl" not in plan.versions()
-    assert plan.install == [
+    assert "aws_ofi_nccl" not in use.versions()
+    assert use.install == [
         "mpi_ssh",
         "nccl_tests",
         "metis",
@@ -127,7 +129,9 @@ def test_a_dlcs_plugin_is_used_where_the_flavour_has_aws_ofi_nccl():
         "sagemaker_training",
     ]
     # Not in the flavour: what the base has beside it does not matter.
-    assert "aws_ofi_nccl" not in basecontents.plan(found, SAGEMAKER, {"pytorch": "2.5.1"}).present
+    assert (
+        "aws_ofi_nccl" not in basecontents.base_use(found, SAGEMAKER, {"pytorch": "2.5.1"}).present
+    )
 
 
 @pytest.mark.parametrize("role", basecontents.PRESENT_ROLES)
@@ -180,7 +184,7 @@ def test_the_build_drops_what_the_base_has_and_passes_present(monkeypatch, stubb
 
 
 def test_a_dlcs_libfabric_is_judged_as_the_efa_installers():
-    from_base = basecontents.plan(basecontents.parse_probe(DLC), ["efa", "nccl"]).report()
+    from_base = basecontents.base_use(basecontents.parse_probe(DLC), ["efa", "nccl"]).report()
     assert plan.base_facts(from_base) == {
         "nccl": "2.23.4",
         "libfabric": "1.22.0amzn4.0",

@@ -92,7 +92,7 @@ def probe(image: str) -> dict[str, Found]:
 
 
 @dataclass
-class Plan:
+class BaseUse:
     """Which of the flavour's roles use the base's component (present) and which install."""
 
     present: dict[str, Found] = field(default_factory=dict)
@@ -133,7 +133,9 @@ class Plan:
         return kept + "\n" + "to install: " + (", ".join(self.install) or "nothing")
 
 
-def plan(found: dict[str, Found], roles: list[str], locked: dict[str, str] | None = None) -> Plan:
+def base_use(
+    found: dict[str, Found], roles: list[str], locked: dict[str, str] | None = None
+) -> BaseUse:
     """present for every role of the flavour whose component the base has.
 
     `locked`: the lock's versions; a base PyTorch must be the pinned one (what
@@ -141,7 +143,7 @@ def plan(found: dict[str, Found], roles: list[str], locked: dict[str, str] | Non
     anything is built, where the base has a component whose role cannot use it.
     """
     locked = locked or {}
-    result = Plan()
+    result = BaseUse()
     for role in roles:
         if role in found and role in NO_PRESENT_METHOD:
             raise EfaImageError(

@@ -39,7 +39,7 @@ class BaseImage:
     # apt's libfabric, asked only where the efa role installs the distribution's.
     libfabric: distro.DistroLibfabric | None
     # The flavour's components it already holds; None with --no-detect.
-    contents: basecontents.Plan | None
+    contents: basecontents.BaseUse | None
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def resolve(request: BuildRequest, context: Context, timer: StepTimer) -> Plan:
 
 
 def use_base_contents(
-    request: BuildRequest, locked: Sequence[Artifact], contents: basecontents.Plan | None
+    request: BuildRequest, locked: Sequence[Artifact], contents: basecontents.BaseUse | None
 ) -> tuple[BuildRequest, tuple[Artifact, ...], dict[str, str]]:
     """The roles whose component the base has get method present (extra variables
     before the user's, hence in the fingerprint); their artifacts are not fetched,
@@ -159,7 +159,7 @@ def probe_base(
         contents = None
         print(f"base contents: not looked for (--no-detect); to install: {', '.join(roles)}")
     else:
-        contents = basecontents.plan(basecontents.probe(ref), list(roles), dict(locked))
+        contents = basecontents.base_use(basecontents.probe(ref), list(roles), dict(locked))
         print(contents.render(ref), flush=True)
     return BaseImage(ref, image_id, images.base_path(ref), cuda, libfabric, contents)
 
