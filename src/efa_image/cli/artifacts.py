@@ -39,7 +39,9 @@ def cmd_mirror_create(args: argparse.Namespace) -> None:
 def cmd_lock_list(args: argparse.Namespace) -> None:
     context = load_context(args)
     for artifact in context.lock.artifacts.values():
-        pin = artifact.sha256[:12] if artifact.sha256 else "UNPINNED"
+        pin = artifact.digest[:12] if artifact.digest else "UNPINNED"
+        if artifact.digest_kind != "sha256":
+            pin = f"{artifact.digest_kind}:{pin}"
         source = context.store.sources(artifact)[0]
         print(f"{artifact.name:28} {artifact.version:12} {artifact.role:14} {pin:12} {source}")
 
@@ -68,7 +70,8 @@ def cmd_lock_update(args: argparse.Namespace) -> None:
         )
     pinned = pin.pin(context.lock, context.store, args.name)
     if not pinned.diff:
-        print(f"{pinned.name} {pinned.version}: sha256 {pinned.sha256} already pinned")
+        kind = pinned.digest_kind
+        print(f"{pinned.name} {pinned.version}: {kind} {pinned.digest} already pinned")
     sys.stdout.write(pinned.diff)
 
 
@@ -104,7 +107,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=cmd_lock_list)
     update = lock_sub.add_parser(
         "update",
-        help="download NAME, compute its sha256 and write it into the lock (shows the diff); "
+        help="download NAME, compute its sha256 (sha512 for an entry pinned so) and write it "
+        "into the lock (shows the diff); "
         "for a wheel set, resolve its dependency closure on its index and pin every wheel",
     )
     update.add_argument("name", metavar="NAME")
