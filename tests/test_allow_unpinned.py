@@ -74,7 +74,7 @@ def test_without_the_flag_an_unpinned_artifact_stops_the_pre_flight(stubbed, tmp
     argv = [*ARGS, "--lock-overlay", unpinned_overlay(tmp_path), "--mirror", str(mirror)]
     assert cli.main(argv) == 1
     error = capsys.readouterr().err
-    assert "nccl_wheel 2.30.4 has no sha256 in the lock" in error
+    assert "nccl_wheel 2.30.7 has no sha256 in the lock" in error
     assert "run `efa-image lock update nccl_wheel` to pin it, or pass --allow-unpinned" in error
     # Refused by the pre-flight, the plan's first reader: before a fetch or Packer.
     assert len(stubbed["base"]) == 1 and "vars" not in stubbed

@@ -17,7 +17,7 @@ from localplay import localhost_play, lock_file, run_playbook
 GOOD = b"the real archive\n"
 
 
-def play(tmp_path, mirror_content: bytes):
+def play(tmp_path, mirror_content: bytes, digest: str = "sha256"):
     mirror = tmp_path / "mirror" / "libfabric" / "2.1.0"
     mirror.mkdir(parents=True)
     (mirror / "libfabric-2.1.0.tar.bz2").write_bytes(mirror_content)
@@ -29,7 +29,7 @@ def play(tmp_path, mirror_content: bytes):
             role: efa
             filename: libfabric-{{version}}.tar.bz2
             urls: ["https://unreachable.invalid/libfabric-{{version}}.tar.bz2"]
-            sha256: "{hashlib.sha256(GOOD).hexdigest()}"
+            {digest}: "{hashlib.new(digest, GOOD).hexdigest()}"
         """)
     )
     dest = tmp_path / "target"
@@ -69,6 +69,19 @@ def test_tampered_mirror_file_stops_before_the_target_changes(tmp_path):
     assert hashlib.sha256(GOOD).hexdigest() in output
     assert not dest.exists()
     assert len(list((tmp_path / "cache" / "quarantine").iterdir())) == 1
+
+
+def test_sha512_pinned_file_is_verified_by_sha512_on_both_sides(tmp_path):
+    proc, dest = play(tmp_path, GOOD, digest="sha512")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (dest / "libfabric-2.1.0.tar.bz2").read_bytes() == GOOD
+    assert (tmp_path / "cache" / "sha512" / hashlib.sha512(GOOD).hexdigest()).is_file()
+    proc, dest = play(tmp_path / "bad", b"tampered\n", digest="sha512")
+    assert proc.returncode != 0
+    output = " ".join(proc.stdout.split())
+    tampered = hashlib.sha512(b"tampered\n").hexdigest()
+    assert f"sha512 {tampered} does not match" in output
+    assert not dest.exists()
 
 
 LINK_SCRIPT = Path(__file__).resolve().parents[1] / "roles/artifact/files/link-from-mount.sh"

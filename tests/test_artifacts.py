@@ -213,3 +213,70 @@ def test_mirror_copies_across_filesystems_and_replaces_a_tampered_file(
     assert not placed.samefile(store.cached_path(artifact))
     assert mirror.place(store, artifact, root) == "present"
     assert not list(placed.parent.glob(".*.partial"))
+
+
+def sha512(data: bytes) -> str:
+    return hashlib.sha512(data).hexdigest()
+
+
+def make512(url: str, content: bytes = CONTENT, **fields) -> Artifact:
+    """An entry pinned as aws-ofi-nccl's releases are: by sha512 only."""
+    return make(url, content, sha256=None, sha512=sha512(content), digest_kind="sha512", **fields)
+
+
+def test_sha512_pinned_file_downloads_verifies_and_is_cached_by_its_sha512(server, store):
+    artifact = make512(server.add("plugin.tar.gz", CONTENT))
+    assert artifact.pinned and artifact.digest == sha512(CONTENT)
+    path = store.get(artifact)
+    assert path == store.cache_dir / "sha512" / sha512(CONTENT)
+    assert path.read_bytes() == CONTENT
+    # Found again by its pin, verified, not downloaded twice.
+    assert store.get(artifact) == path
+    assert server.hits["GET /files/plugin.tar.gz"] == 1
+    assert store.check(artifact).where == "cache"
+    assert cache_files(store, "sha256") == [] and cache_files(store, "tmp") == []
+
+
+def test_tampered_sha512_pinned_file_is_refused_naming_sha512(server, store):
+    artifact = make512(server.add("plugin.tar.gz", CONTENT + b"tampered"))
+    with pytest.raises(artifact_store.ChecksumMismatch) as info:
+        store.get(artifact)
+    message = str(info.value)
+    assert f"sha512 {sha512(CONTENT + b'tampered')} does not match the lock's" in message
+    assert sha512(CONTENT) in message and "sha256" not in message
+    assert cache_files(store, "sha512") == []
+    assert len(cache_files(store, "quarantine")) == 1
+    # A cached file tampered with afterwards is refused the same way.
+    good = make512(server.add("good.tar.gz", CONTENT))
+    path = store.get(good)
+    path.write_bytes(b"changed in the cache")
+    with pytest.raises(artifact_store.ChecksumMismatch, match=r"the cache .*: sha512 "):
+        store.get(good)
+
+
+def test_unpinned_sha512_entry_is_refused_naming_sha512(server, tmp_path):
+    artifact = make512(server.add("a", CONTENT)).with_digest(None)
+    assert not artifact.pinned and artifact.digest_kind == "sha512"
+    store = artifact_store.Store(cache_dir=tmp_path / "cache")
+    with pytest.raises(artifact_store.ArtifactError, match="has no sha512 in the lock"):
+        store.get(artifact)
+
+
+def test_mirror_of_a_sha512_pinned_file_indexes_both_digests(server, tmp_path):
+    import json
+
+    pinned512 = make512(server.add("p", CONTENT), name="aws_ofi_nccl", filename="p.tar.gz")
+    pinned256 = make(server.add("a", CONTENT))
+    root = tmp_path / "mirror"
+    mirror.create(artifact_store.Store(cache_dir=tmp_path / "cache"), [pinned512, pinned256], root)
+    index = {entry["name"]: entry for entry in json.loads((root / "index.json").read_text())}
+    assert index["aws_ofi_nccl"]["sha512"] == sha512(CONTENT)
+    assert index["aws_ofi_nccl"]["sha256"] == sha(CONTENT)
+    assert "sha512" not in index["libfabric"]
+    # SHA256SUMS covers every file; SHA512SUMS the files pinned by sha512.
+    assert len((root / "SHA256SUMS").read_text().splitlines()) == 2
+    sums512 = (root / "SHA512SUMS").read_text()
+    assert sums512 == f"{sha512(CONTENT)}  {pinned512.mirror_path()}\n"
+    offline = make512("https://unreachable.invalid/p", name="aws_ofi_nccl", filename="p.tar.gz")
+    from_dir = artifact_store.Store(cache_dir=tmp_path / "cache2", mirror=str(root))
+    assert from_dir.get(offline).read_bytes() == CONTENT

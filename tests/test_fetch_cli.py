@@ -42,6 +42,24 @@ def server():
         yield state
 
 
+def test_lock_update_writes_the_digest_kind_the_entry_uses(server, tmp_path, capsys):
+    url = server.add("aws-ofi-nccl-1.21.1.tar.gz", CONTENT)
+    path = write_lock(tmp_path, url)
+    path.write_text(path.read_text().replace('sha256: ""', 'sha512: ""'))
+    cache = str(tmp_path / "cache")
+    assert cli.main(["lock", "update", "libfabric", "--lock", str(path), "--cache", cache]) == 0
+    digest = hashlib.sha512(CONTENT).hexdigest()
+    out = capsys.readouterr().out
+    assert '-    sha512: ""' in out and f'+    sha512: "{digest}"' in out
+    pinned = lock.load(path).get("libfabric")
+    assert (pinned.digest_kind, pinned.digest, pinned.sha256) == ("sha512", digest, None)
+    assert (tmp_path / "cache" / "sha512" / digest).read_bytes() == CONTENT
+    assert cli.main(["lock", "update", "libfabric", "--lock", str(path), "--cache", cache]) == 0
+    assert f"libfabric 2.1.0: sha512 {digest} already pinned" in capsys.readouterr().out
+    assert cli.main(["lock", "list", "--lock", str(path), "--cache", cache]) == 0
+    assert f"sha512:{digest[:12]}" in capsys.readouterr().out
+
+
 def test_lock_update_pins_and_shows_the_diff(server, tmp_path, capsys):
     url = server.add("libfabric-2.1.0.tar.bz2", CONTENT)
     path = write_lock(tmp_path, url)

@@ -55,6 +55,29 @@ def test_overlay_replaces_fields_and_refuses_unknown_components(tmp_path):
         lock.load(base, [bad])
 
 
+def test_an_overlays_pin_replaces_the_entrys_whichever_kind(tmp_path):
+    base = write(
+        tmp_path,
+        f"""\
+        efa_image_artifacts:
+          aws_ofi_nccl:
+            version: "1.21.1"
+            role: aws_ofi_nccl
+            filename: aws-ofi-nccl-{{version}}.tar.gz
+            urls: [https://example.invalid/a]
+            sha512: "{"c" * 128}"
+        """,
+    )
+    assert lock.load(base).get("aws_ofi_nccl").digest == "c" * 128
+    overlay = write(
+        tmp_path,
+        f'efa_image_artifacts_overlay:\n  aws_ofi_nccl: {{sha256: "{GOOD_SHA}"}}\n',
+        "overlay.yml",
+    )
+    merged = lock.load(base, [overlay]).get("aws_ofi_nccl")
+    assert (merged.digest_kind, merged.digest, merged.sha512) == ("sha256", GOOD_SHA, None)
+
+
 def test_unknown_component_lookup_names_the_known_ones(tmp_path, root):
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
     with pytest.raises(lock.LockError, match=r"unknown component 'nope' \(known: .*libfabric"):
@@ -81,7 +104,12 @@ def test_every_locked_role_and_method_is_known(root):
     # smdistributed_modelparallel (smdistributed_modelparallel; no v1 build fits the
     # lock's PyTorch).
     opt_in = {"openmpi4", "smdistributed_modelparallel"}
+    # Entries pinned ahead of their role, which no flavour installs yet: gdrcopy
+    # (issue 37; its role is being written). Remove a name once its role lands.
+    role_pending = {"gdrcopy"}
     for artifact in loaded.artifacts.values():
+        if artifact.name in role_pending:
+            continue
         assert artifact.role in roles, artifact.name
         for method in artifact.methods:
             # A method no profile chooses is still one the role has (rmm's source build).

@@ -46,6 +46,48 @@ def test_malformed_entries_are_rejected_naming_file_and_key(fields, message):
         )
 
 
+GOOD_SHA512 = "b" * 128
+
+
+def test_sha512_pins_the_file_in_place_of_sha256():
+    fields = entry(sha512=GOOD_SHA512.upper())
+    del fields["sha256"]
+    artifact = lock_schema.parse_entry("x", fields, "f")
+    assert (artifact.digest_kind, artifact.digest, artifact.sha256) == ("sha512", GOOD_SHA512, None)
+    assert artifact.pinned and artifact.sha512 == GOOD_SHA512
+    # Empty: unpinned, and `lock update` writes a sha512.
+    fields = entry(sha512="")
+    del fields["sha256"]
+    unpinned = lock_schema.parse_entry("x", fields, "f")
+    assert not unpinned.pinned and unpinned.digest_kind == "sha512"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"sha512": GOOD_SHA512}, r"f: both sha256 and sha512 given: pin the file by exactly one"),
+        ({"sha512": "", "sha256": ""}, r"both sha256 and sha512 given"),
+        ({"sha256": None, "sha512": GOOD_SHA}, r"f\.sha512: 'a+' is not 128 hexadecimal digits"),
+    ],
+)
+def test_sha512_entries_are_checked(fields, message):
+    fields = entry(**fields)
+    if fields.get("sha256") is None:
+        del fields["sha256"]
+    with pytest.raises(lock.LockError, match=message):
+        lock_schema.parse_entry("x", fields, "f")
+
+
+def test_wheel_set_files_take_sha512_in_place_of_sha256():
+    wheel = {"filename": "a-1.0-py3-none-any.whl", "urls": ["https://x/a"], "sha512": GOOD_SHA512}
+    set_entry = {"version": "1.0", "role": "pytorch", "kind": "wheelset", "wheels": [wheel]}
+    (member,) = lock_schema.parse_wheelset("s", set_entry, "f")
+    assert (member.digest_kind, member.digest) == ("sha512", GOOD_SHA512)
+    both = {**wheel, "sha256": GOOD_SHA}
+    with pytest.raises(lock.LockError, match=r"expected exactly the fields"):
+        lock_schema.parse_wheelset("s", {**set_entry, "wheels": [both]}, "f")
+
+
 def test_empty_sha256_means_unpinned():
     assert not lock_schema.parse_entry("x", entry(sha256=""), "f").pinned
     assert lock_schema.parse_entry("x", entry(sha256=GOOD_SHA.upper()), "f").sha256 == GOOD_SHA

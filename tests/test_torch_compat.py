@@ -52,7 +52,7 @@ def test_the_real_lock_passes_both_rules(tmp_path):
     assert facts["torch"] == "2.5.1" and facts["torch_cuda"] == "12.4"
     assert facts["torch_nccl_built"] == "2.21.5"
     # The set leaves NVIDIA's NCCL wheel out: torch loads the image's.
-    assert facts["torch_nccl"] == facts["nccl"] == "2.30.4"
+    assert facts["torch_nccl"] == facts["nccl"] == "2.30.7"
     result = rules.check(facts)
     assert set(RULES) <= set(result.passed), result.skipped
 
@@ -132,7 +132,7 @@ def test_a_set_that_installs_its_own_nccl_wheel_is_refused_naming_the_exclude(tm
     with pytest.raises(EfaImageError) as error:
         planned.check_compatibility(facts)
     message = str(error.value)
-    assert "torch_nccl 2.21.5 must be == 2.30 (from nccl 2.30.4)" in message
+    assert "torch_nccl 2.21.5 must be == 2.30 (from nccl 2.30.7)" in message
     assert "resolve.exclude" in message and "efa-image lock update pytorch" in message
 
 

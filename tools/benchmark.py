@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from efa_image.artifacts.artifact_store import ArtifactError, Store, sha256_of
+from efa_image.artifacts.artifact_store import ArtifactError, Store, digest_of
 from efa_image.artifacts.lock import Artifact, Lock
 from efa_image.errors import EfaImageError
 from efa_image.paths import project_root
@@ -294,7 +294,7 @@ def moved_components(before: Lock, after: Lock) -> dict[str, tuple[str, str]]:
     return {
         name: (artifact.version, after.get(name).version)
         for name, artifact in before.artifacts.items()
-        if after.get(name).sha256 != artifact.sha256
+        if after.get(name).digest != artifact.digest
     }
 
 
@@ -400,7 +400,7 @@ def image_size(ref: str) -> int:
 
 
 def place_verified(source: Path, artifact: Artifact, dest: Path) -> Path:
-    """Copy a verified file to dest, readable by all, and check its sha256 there before use.
+    """Copy a verified file to dest, readable by all, and check its digest there before use.
 
     A copy, not a link: docker's layer cache keys COPY by the file's mode as well
     as its content, and the artifact cache keeps its files private (0600), so a
@@ -410,10 +410,10 @@ def place_verified(source: Path, artifact: Artifact, dest: Path) -> Path:
     shutil.copyfile(source, partial)
     os.chmod(partial, 0o644)
     os.replace(partial, dest)
-    actual = sha256_of(dest)
-    if actual != artifact.sha256:
+    actual = digest_of(dest, artifact.digest_kind)
+    if actual != artifact.digest:
         raise BenchError(
-            f"{dest}: sha256 {actual} is not the lock's {artifact.sha256} "
+            f"{dest}: {artifact.digest_kind} {actual} is not the lock's {artifact.digest} "
             f"({artifact.name} {artifact.version})"
         )
     return dest

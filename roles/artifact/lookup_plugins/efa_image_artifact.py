@@ -3,10 +3,13 @@
     query('efa_image_artifact', 'libfabric', lock=efa_image_artifacts,
           overlays=[...], mirror='', cache='', allow_unpinned=false)
 
-returns, per name, {name, version, filename, sha256, kind, wheelset, urls, sources,
-path, cache_path}: urls are the lock's (upstream) URLs, sources where this build takes
-the file from (the mirror, when one is set), path the verified file in the
-controller's cache and cache_path the same file relative to the cache.
+returns, per name, {name, version, filename, sha256, sha512, digest_kind, digest, kind,
+wheelset, urls, sources, path, cache_path}: digest is the lock's pin, of the kind
+digest_kind names (sha256, or sha512 for an entry pinned so; sha512 is null
+otherwise); sha256 is the lock's, or once fetched the file's own for an entry pinned
+by sha512 or not at all; urls are the lock's (upstream) URLs, sources where this
+build takes the file from (the mirror, when one is set), path the verified file in
+the controller's cache and cache_path the same file relative to the cache.
 The name of a wheel set stands for all its files, one result each (wheelset: the set).
 With by_name=true, lookup() returns them as one mapping, keyed by each result's name.
 It uses the same code as `efa-image fetch` (the efa_image package in Ansible's
@@ -33,7 +36,8 @@ name: efa_image_artifact
 short_description: Fetch pinned artifacts into the controller's verified cache
 description:
   - Downloads each named artifact of the efa-image lock (or takes it from a mirror)
-    on the controller, verifies its sha256 and returns where it lies.
+    on the controller, verifies its sha256 (or the sha512 the lock pins it by) and
+    returns where it lies.
 options:
   _terms:
     description: Names of lock entries.
@@ -58,7 +62,7 @@ options:
     type: str
     default: ""
   allow_unpinned:
-    description: Accept entries without a sha256.
+    description: Accept entries without a sha256 (or sha512).
     type: bool
     default: false
   fetch:
@@ -127,6 +131,9 @@ class LookupModule(LookupBase):
                     "version": artifact.version,
                     "filename": artifact.filename,
                     "sha256": artifact.sha256,
+                    "sha512": artifact.sha512,
+                    "digest_kind": artifact.digest_kind,
+                    "digest": artifact.digest,
                     "kind": artifact.kind,
                     "wheelset": artifact.wheelset,
                     "urls": list(artifact.urls),
@@ -139,6 +146,9 @@ class LookupModule(LookupBase):
                     # the cache mounted (artifact_cache_mount).
                     result["cache_path"] = str(path.relative_to(store.cache_dir))
                     result["sha256"] = artifact.sha256 or artifact_store.sha256_of(path)
+                    result["digest"] = artifact.digest or artifact_store.digest_of(
+                        path, artifact.digest_kind
+                    )
                 results.append(result)
         except Exception as exc:  # efa_image errors carry the message users need
             raise AnsibleLookupError(str(exc)) from exc

@@ -1,9 +1,12 @@
 """Fetch artifacts on the controller into a content-addressed, verified cache.
 
 A download goes to a temporary file next to the cache and enters the cache
-(`sha256/<digest>`) only after its sha256 matches the lock. Every use verifies
-the cached file again; a file that does not match is moved to `quarantine/`
-and the build stops. With a mirror, the mirror is the only source.
+(`sha256/<digest>`) only after its sha256 matches the lock. An entry pinned by
+sha512 (a publisher that gives no sha256) is verified and kept the same way
+under `sha512/<digest>`: the cache is addressed by the digest the lock holds,
+so a file is found without hashing anything first. Every use verifies the
+cached file again; a file that does not match is moved to `quarantine/` and the
+build stops. With a mirror, the mirror is the only source.
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ def _flat(name: str) -> str:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+    return digest_of(path, "sha256")
+
+
+def digest_of(path: Path, kind: str) -> str:
+    """The hex digest of a file by kind (sha256, sha512)."""
+    digest = hashlib.new(kind)
     with path.open("rb") as handle:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
@@ -92,10 +100,16 @@ class Progress:
         print(f"  {self.label}: {text}, {now - self.start:.0f}s", file=self.stream, flush=True)
 
 
-def download(url: str, dest: Path, timeout: float, progress: Progress | None = None) -> str:
-    """Stream url into dest; return its sha256. Raises ArtifactError with the cause."""
+def download(
+    url: str,
+    dest: Path,
+    timeout: float,
+    progress: Progress | None = None,
+    kind: str = "sha256",
+) -> str:
+    """Stream url into dest; return its digest of kind. Raises ArtifactError with the cause."""
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    digest = hashlib.sha256()
+    digest = hashlib.new(kind)
     done = 0
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response, dest.open("wb") as out:
@@ -151,8 +165,8 @@ class Store:
     # Layout of the cache ---------------------------------------------------
 
     def cached_path(self, artifact: Artifact) -> Path:
-        if artifact.sha256:
-            return self.cache_dir / "sha256" / artifact.sha256
+        if artifact.digest:
+            return self.cache_dir / artifact.digest_kind / artifact.digest
         return self.cache_dir / "unpinned" / artifact.name / artifact.version / artifact.filename
 
     def sources(self, artifact: Artifact) -> list[str]:
@@ -161,7 +175,7 @@ class Store:
     @contextlib.contextmanager
     def _locked(self, artifact: Artifact) -> Iterator[None]:
         """One download per artifact at a time, across processes."""
-        key = artifact.sha256 or f"{_flat(artifact.name)}-{artifact.version}"
+        key = artifact.digest or f"{_flat(artifact.name)}-{artifact.version}"
         with exclusive(self.cache_dir / "locks" / f"{key}.lock"):
             yield
 
@@ -175,14 +189,14 @@ class Store:
     def _mismatch(self, artifact: Artifact, source: str, actual: str, moved: Path) -> ArtifactError:
         return ChecksumMismatch(
             f"{artifact.name} {artifact.version} ({artifact.filename}) from {source}: "
-            f"sha256 {actual} does not match the lock's {artifact.sha256}; "
+            f"{artifact.digest_kind} {actual} does not match the lock's {artifact.digest}; "
             f"the file was moved to {moved} and not used"
         )
 
     def _require_pin(self, artifact: Artifact) -> None:
         if not artifact.pinned and not self.allow_unpinned:
             raise ArtifactError(
-                f"{artifact.name} {artifact.version} has no sha256 in the lock "
+                f"{artifact.name} {artifact.version} has no {artifact.digest_kind} in the lock "
                 f"({artifact.origin}): run `efa-image lock update {artifact.name}` to pin it, "
                 "or pass --allow-unpinned"
             )
@@ -194,9 +208,9 @@ class Store:
         path = self.cached_path(artifact)
         if not path.is_file():
             return None
-        if artifact.sha256:
-            actual = sha256_of(path)
-            if actual != artifact.sha256:
+        if artifact.digest:
+            actual = digest_of(path, artifact.digest_kind)
+            if actual != artifact.digest:
                 moved = self._quarantine(path, artifact)
                 raise self._mismatch(artifact, f"the cache ({path})", actual, moved)
         return path
@@ -226,12 +240,13 @@ class Store:
             tmp = Path(tmp_name)
             try:
                 self.log(f"downloading {artifact.name} {artifact.version} from {url}")
-                actual = download(url, tmp, self.timeout, Progress(artifact.name, None))
+                progress = Progress(artifact.name, None)
+                actual = download(url, tmp, self.timeout, progress, artifact.digest_kind)
             except ArtifactError as exc:
                 tmp.unlink(missing_ok=True)
                 failures.append(f"{url}: {exc}")
                 continue
-            if artifact.sha256 and actual != artifact.sha256:
+            if artifact.digest and actual != artifact.digest:
                 raise self._mismatch(artifact, url, actual, self._quarantine(tmp, artifact))
             target = self.cached_path(artifact)
             target.parent.mkdir(parents=True, exist_ok=True)

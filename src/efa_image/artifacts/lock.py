@@ -21,7 +21,14 @@ from typing import Any
 
 import yaml
 
-from efa_image.artifacts.lock_model import LOCK_KEY, OVERLAY_KEY, WHEELSET, Artifact, LockError
+from efa_image.artifacts.lock_model import (
+    DIGEST_KINDS,
+    LOCK_KEY,
+    OVERLAY_KEY,
+    WHEELSET,
+    Artifact,
+    LockError,
+)
 from efa_image.artifacts.lock_schema import parse_entry, parse_wheelset
 from efa_image.paths import project_root
 
@@ -89,7 +96,11 @@ def read_overlay(path: Path) -> Mapping[str, Any]:
 def merge_overlay(
     entries: Mapping[str, Any], overlay: Mapping[str, Any], where: str
 ) -> dict[str, Any]:
-    """Overlay fields replace the entry's fields; unknown components are refused."""
+    """Overlay fields replace the entry's fields; unknown components are refused.
+
+    An overlay's pin replaces the entry's whichever kind either is: its sha256
+    replaces an entry's sha512 (Debian's Sources index gives sha256), and back.
+    """
     merged = dict(entries)
     for name, fields in overlay.items():
         if name not in entries:
@@ -97,7 +108,11 @@ def merge_overlay(
             raise LockError(f"{where}.{name}: unknown component (known: {known})")
         if not isinstance(fields, Mapping):
             raise LockError(f"{where}.{name}: expected a mapping of fields to replace")
-        merged[name] = {**entries[name], **fields}
+        base = dict(entries[name])
+        if any(kind in fields for kind in DIGEST_KINDS):
+            for kind in DIGEST_KINDS:
+                base.pop(kind, None)
+        merged[name] = {**base, **fields}
     return merged
 
 

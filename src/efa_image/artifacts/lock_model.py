@@ -10,7 +10,7 @@ packaging exist) needs nothing but the standard library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from efa_image.errors import EfaImageError
 
@@ -19,6 +19,9 @@ LOCK_KEY = "efa_image_artifacts"
 OVERLAY_KEY = "efa_image_artifacts_overlay"
 # The kind of an entry that stands for a resolved requirement and its closure.
 WHEELSET = "wheelset"
+# The digests a lock entry may pin its file by (exactly one per entry): sha256, or
+# sha512 where that is all the publisher gives (aws-ofi-nccl's releases).
+DIGEST_KINDS = ("sha256", "sha512")
 
 
 class LockError(EfaImageError):
@@ -34,6 +37,10 @@ class Artifact:
     urls: tuple[str, ...]
     sha256: str | None
     methods: tuple[str, ...] = ()
+    # An entry pinned by sha512 has sha256 None and digest_kind "sha512" (also while
+    # its `sha512:` is still empty, so that `lock update` writes that kind).
+    sha512: str | None = None
+    digest_kind: str = "sha256"
     kind: str = "file"
     description: str = ""
     origin: str = field(default="", compare=False)
@@ -45,8 +52,17 @@ class Artifact:
     wheelset_excluded: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
+    def digest(self) -> str | None:
+        """The lock's pin of the file, of the kind digest_kind names (None: unpinned)."""
+        return self.sha512 if self.digest_kind == "sha512" else self.sha256
+
+    @property
     def pinned(self) -> bool:
-        return self.sha256 is not None
+        return self.digest is not None
+
+    def with_digest(self, digest: str | None) -> Artifact:
+        """The same entry pinned to digest (of its digest_kind), or unpinned with None."""
+        return replace(self, **{self.digest_kind: digest})
 
     def mirror_path(self) -> str:
         """Where the artifact lies in a mirror, relative to its root."""

@@ -23,11 +23,15 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from efa_image.artifacts.lock_model import Artifact, LockError
+from efa_image.artifacts.lock_model import DIGEST_KINDS, Artifact, LockError
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA512 = re.compile(r"^[0-9a-f]{128}$")
+DIGEST_PATTERNS = {"sha256": SHA256, "sha512": SHA512}
+DIGEST_DIGITS = {"sha256": 64, "sha512": 128}
 REQUIRED = ("version", "role", "filename", "urls")
-OPTIONAL = ("sha256", "methods", "kind", "description")
+# The pin is `sha256:` or, where the publisher gives only that, `sha512:` (one of them).
+OPTIONAL = ("sha256", "sha512", "methods", "kind", "description")
 KINDS = ("file", "wheel")
 WHEELSET_REQUIRED = ("version", "role", "wheels")
 # resolve: the inputs of `efa-image lock update`; excluded: what it left out, with
@@ -36,6 +40,8 @@ WHEELSET_REQUIRED = ("version", "role", "wheels")
 # image (resolve.sdists names their projects), kind "sdist", fields as wheels'.
 WHEELSET_OPTIONAL = ("methods", "kind", "description", "resolve", "excluded", "sdists")
 WHEEL_FIELDS = ("filename", "urls", "sha256")
+# A wheel set's file may give sha512 in place of sha256 (pip's --hash takes either).
+WHEEL_FIELD_SETS = (sorted(WHEEL_FIELDS), sorted(("filename", "urls", "sha512")))
 URL_SCHEMES = ("https://", "http://", "file://")
 
 
@@ -81,10 +87,28 @@ def _urls(value: Any, where: str) -> tuple[str, ...]:
 
 
 def _sha256(value: Any, where: str) -> str:
-    sha256 = _text(value).lower()
-    if not SHA256.match(sha256):
-        raise LockError(f"{where}.sha256: {value!r} is not 64 hexadecimal digits")
-    return sha256
+    return _hex_digest("sha256", value, where)
+
+
+def _hex_digest(kind: str, value: Any, where: str) -> str:
+    digest = _text(value).lower()
+    if not DIGEST_PATTERNS[kind].match(digest):
+        digits = DIGEST_DIGITS[kind]
+        raise LockError(f"{where}.{kind}: {value!r} is not {digits} hexadecimal digits")
+    return digest
+
+
+def digest_of_entry(entry: Mapping[str, Any], where: str) -> tuple[str, str | None]:
+    """(kind, digest or None when empty) of an entry's pin: exactly one of sha256/sha512."""
+    given = [kind for kind in DIGEST_KINDS if kind in entry]
+    if len(given) > 1:
+        raise LockError(
+            f"{where}: both sha256 and sha512 given: pin the file by exactly one "
+            "(sha512 only where the publisher gives no sha256)"
+        )
+    kind = given[0] if given else "sha256"
+    value = entry.get(kind)
+    return kind, _hex_digest(kind, value, where) if _text(value) else None
 
 
 def _methods(entry: Mapping[str, Any], where: str) -> tuple[str, ...]:
@@ -118,13 +142,16 @@ def parse_entry(name: str, entry: Any, where: str) -> Artifact:
     kind = _text(entry.get("kind")) or "file"
     if kind not in KINDS:
         raise LockError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
+    digest_kind, digest = digest_of_entry(entry, where)
     return Artifact(
         name=name,
         version=version,
         role=_text(entry["role"]),
         filename=_text(entry["filename"]).format(version=version),
         urls=_urls(urls, where),
-        sha256=_sha256(entry["sha256"], where) if _text(entry.get("sha256")) else None,
+        sha256=digest if digest_kind == "sha256" else None,
+        sha512=digest if digest_kind == "sha512" else None,
+        digest_kind=digest_kind,
         methods=_methods(entry, where),
         kind=kind,
         description=_text(entry.get("description")),
@@ -152,12 +179,16 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
     files += [("sdists", "sdist", i, w) for i, w in enumerate(sdists)]
     for key, kind, index, wheel in files:
         at = f"{where}.{key}[{index}]"
-        if not isinstance(wheel, Mapping) or sorted(wheel) != sorted(WHEEL_FIELDS):
-            raise LockError(f"{at}: expected exactly the fields {', '.join(WHEEL_FIELDS)}")
+        if not isinstance(wheel, Mapping) or sorted(wheel) not in WHEEL_FIELD_SETS:
+            raise LockError(
+                f"{at}: expected exactly the fields {', '.join(WHEEL_FIELDS)} "
+                "(or sha512 in place of sha256)"
+            )
         filename = _text(wheel["filename"])
         name_version = wheel_name_version if kind == "wheel" else sdist_name_version
         project, version = name_version(filename, at)
-        sha256 = _sha256(wheel["sha256"], at)
+        digest_kind = "sha512" if "sha512" in wheel else "sha256"
+        digest = _hex_digest(digest_kind, wheel[digest_kind], at)
         member = f"{name}/{project}"
         if member in members:
             raise LockError(f"{at}: {project} is listed twice")
@@ -167,7 +198,9 @@ def parse_wheelset(name: str, entry: Mapping[str, Any], where: str) -> list[Arti
             role=_text(entry["role"]),
             filename=filename,
             urls=_urls(wheel["urls"], at),
-            sha256=sha256,
+            sha256=digest if digest_kind == "sha256" else None,
+            sha512=digest if digest_kind == "sha512" else None,
+            digest_kind=digest_kind,
             methods=methods,
             kind=kind,
             description=f"{project} {version}, of the wheel set {name} {set_version}",

@@ -2,8 +2,11 @@
 
 Layout (documented in README.md):
     <mirror>/<name>/<version>/<filename>   the artifact, byte for byte
-    <mirror>/SHA256SUMS                    `sha256sum -c` compatible
+    <mirror>/SHA256SUMS                    `sha256sum -c` compatible, every file
+    <mirror>/SHA512SUMS                    `sha512sum -c` compatible, the files the
+                                           lock pins by sha512 (absent when none)
     <mirror>/index.json                    name, version, filename, sha256, role, path
+                                           (and sha512, the pin, where the lock has one)
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from efa_image.artifacts.artifact_store import Store, sha256_of
+from efa_image.artifacts.artifact_store import Store, digest_of, sha256_of
 from efa_image.artifacts.lock import Artifact
 
 
@@ -22,12 +25,13 @@ def place(store: Store, artifact: Artifact, root: Path) -> str:
 
     A hard link where the mirror and the cache share a filesystem: make test's CI
     mirror is 3.1 GB, which was copied and then hashed again for the index. The
-    store verified the file against the lock's sha256, so nothing is hashed again.
+    store verified the file against the lock's digest, so nothing is hashed again.
     """
     source = store.get(artifact)
     target = root / artifact.mirror_path()
     if target.is_file() and (
-        os.path.samefile(target, source) or sha256_of(target) == artifact.sha256
+        os.path.samefile(target, source)
+        or digest_of(target, artifact.digest_kind) == artifact.digest
     ):
         return "present"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -51,19 +55,28 @@ def write_index(root: Path, artifacts: list[Artifact]) -> None:
     if index_path.is_file():
         entries = {(e["name"], e["version"]): e for e in json.loads(index_path.read_text())}
     for artifact in artifacts:
-        entries[(artifact.name, artifact.version)] = {
+        entry = {
             "name": artifact.name,
             "version": artifact.version,
             "role": artifact.role,
             "filename": artifact.filename,
-            # place() left the lock's verified file there.
+            # place() left the lock's verified file there; a file pinned by sha512
+            # gets its sha256 too, so that SHA256SUMS covers every file.
             "sha256": artifact.sha256 or sha256_of(root / artifact.mirror_path()),
             "path": artifact.mirror_path(),
         }
+        if artifact.sha512:
+            entry["sha512"] = artifact.sha512
+        entries[(artifact.name, artifact.version)] = entry
     ordered = [entries[key] for key in sorted(entries)]
     index_path.write_text(json.dumps(ordered, indent=2) + "\n")
     sums = "".join(f"{entry['sha256']}  {entry['path']}\n" for entry in ordered)
     (root / "SHA256SUMS").write_text(sums)
+    sums512 = "".join(f"{e['sha512']}  {e['path']}\n" for e in ordered if e.get("sha512"))
+    if sums512:
+        (root / "SHA512SUMS").write_text(sums512)
+    else:
+        (root / "SHA512SUMS").unlink(missing_ok=True)
 
 
 def create(store: Store, artifacts: list[Artifact], root: Path) -> None:

@@ -132,7 +132,7 @@ def compute(
         "flavor": flavor,
         "profile": profile,
         "base_image": base_image_id,
-        "artifacts": sorted([a.name, a.version, a.filename, a.sha256 or ""] for a in artifacts),
+        "artifacts": sorted([a.name, a.version, a.filename, a.digest or ""] for a in artifacts),
         "overlays": [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in overlays],
         "roles": {name: tree_digest(root, [root / "roles" / name]) for name in roles},
         "shared": tree_digest(root, [root / path for path in SHARED_INPUTS]),

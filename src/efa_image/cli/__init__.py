@@ -26,6 +26,7 @@ workflow:
   efa-image fetch          check and download every pinned artifact a build needs
   efa-image mirror create  copy the artifacts into a directory for offline builds
   efa-image lock update    pin an artifact: download it and write its sha256 into the lock
+  efa-image lock outdated  the newest upstream version of every entry against its pin
   make image / make test   the two commands most users need (see README.md)
 
 Every subcommand exits non-zero with one line saying what to do when it fails;
@@ -58,11 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        args.func(args)
+        # A verb may answer with its exit status (lock outdated --fail-on-outdated).
+        status = args.func(args)
     except EfaImageError as exc:
         print(f"efa-image: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("efa-image: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status if isinstance(status, int) else 0

@@ -1,4 +1,5 @@
-"""`efa-image fetch`, `mirror create`, `lock list` and `lock update`: the artifacts."""
+"""`efa-image fetch`, `mirror create`, `lock list`, `lock update` and `lock outdated`:
+the artifacts."""
 
 from __future__ import annotations
 
@@ -39,9 +40,43 @@ def cmd_mirror_create(args: argparse.Namespace) -> None:
 def cmd_lock_list(args: argparse.Namespace) -> None:
     context = load_context(args)
     for artifact in context.lock.artifacts.values():
-        pin = artifact.sha256[:12] if artifact.sha256 else "UNPINNED"
+        pin = artifact.digest[:12] if artifact.digest else "UNPINNED"
+        if artifact.digest_kind != "sha256":
+            pin = f"{artifact.digest_kind}:{pin}"
         source = context.store.sources(artifact)[0]
         print(f"{artifact.name:28} {artifact.version:12} {artifact.role:14} {pin:12} {source}")
+
+
+def cmd_lock_outdated(args: argparse.Namespace) -> int:
+    from efa_image.artifacts import lock, outdated, wheelset
+
+    context = load_context(args)
+    lock_path = Path(args.lock) if args.lock else lock.default_lock_path()
+    sets = {a.wheelset for a in context.lock.artifacts.values() if a.wheelset}
+    requirements = {}
+    for name in sets:
+        spec = wheelset.read_spec(lock_path, name)
+        if spec and spec.requirements:
+            requirements[name] = spec.requirements[0]
+    entries = outdated.entries_of(context.lock.artifacts.values(), requirements)
+    if args.name:
+        wanted = set(args.name)
+        unknown = wanted - {entry.name for entry in entries}
+        if unknown:
+            context.lock.select(sorted(unknown))  # raises, naming the known entries
+        entries = [entry for entry in entries if entry.name in wanted]
+    upstream = outdated.Upstream(
+        pypi=args.pypi_url,
+        github=args.github_url,
+        debian_suites=tuple(args.debian_suite or outdated.DEFAULT_DEBIAN_SUITES),
+        mirror=args.mirror or None,
+        timeout=args.timeout,
+    )
+    reports = outdated.check(entries, upstream)
+    sys.stdout.write(outdated.to_json(reports) if args.json else outdated.format_table(reports))
+    if args.fail_on_outdated and any(r.status == outdated.OUTDATED for r in reports):
+        return 1
+    return 0
 
 
 def cmd_lock_update(args: argparse.Namespace) -> None:
@@ -68,7 +103,8 @@ def cmd_lock_update(args: argparse.Namespace) -> None:
         )
     pinned = pin.pin(context.lock, context.store, args.name)
     if not pinned.diff:
-        print(f"{pinned.name} {pinned.version}: sha256 {pinned.sha256} already pinned")
+        kind = pinned.digest_kind
+        print(f"{pinned.name} {pinned.version}: {kind} {pinned.digest} already pinned")
     sys.stdout.write(pinned.diff)
 
 
@@ -104,9 +140,39 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=cmd_lock_list)
     update = lock_sub.add_parser(
         "update",
-        help="download NAME, compute its sha256 and write it into the lock (shows the diff); "
+        help="download NAME, compute its sha256 (sha512 for an entry pinned so) and write it "
+        "into the lock (shows the diff); "
         "for a wheel set, resolve its dependency closure on its index and pin every wheel",
     )
     update.add_argument("name", metavar="NAME")
     artifact_options(update, selection=False)
     update.set_defaults(func=cmd_lock_update)
+    stale = lock_sub.add_parser(
+        "outdated",
+        help="per entry, the newest version its upstream index offers against the pin",
+        description="Ask, in parallel and with bounded timeouts, the index each lock entry "
+        "comes from (PyPI, GitHub, Debian's Sources index; with --mirror, the mirror's "
+        "index.json) for its newest release, pre-releases left out. One line per entry: "
+        "name, pinned, newest, status (current, outdated, unknown) and source; a source "
+        "that does not answer makes its entries unknown ('unreachable: ...'). Exit 0 "
+        "unless --fail-on-outdated and something is outdated.",
+    )
+    artifact_options(stale, selection=False)
+    stale.add_argument("--name", action="append", metavar="NAME", help="this entry only")
+    stale.add_argument("--json", action="store_true", help="a JSON list instead of the table")
+    stale.add_argument(
+        "--fail-on-outdated", action="store_true", help="exit 1 when an entry is outdated"
+    )
+    stale.add_argument(
+        "--pypi-url", default="https://pypi.org/pypi", metavar="URL", help="PyPI's JSON API"
+    )
+    stale.add_argument(
+        "--github-url", default="https://api.github.com", metavar="URL", help="GitHub's API"
+    )
+    stale.add_argument(
+        "--debian-suite",
+        action="append",
+        metavar="SUITE",
+        help="Debian suite(s) whose Sources index answers for Debian pool URLs (default: unstable)",
+    )
+    stale.set_defaults(func=cmd_lock_outdated)
