@@ -120,8 +120,11 @@ def test_a_dlcs_plugin_is_used_where_the_flavour_has_aws_ofi_nccl():
     assert "aws_ofi_nccl_prefix=/usr/local" in use.extra_vars()
     # The probe reads no plugin version: no tag or label claims one.
     assert "aws_ofi_nccl" not in use.versions()
+    # GDRCopy is installed although a DLC has it in /usr/local: the probe does
+    # not look for it yet (no present method).
     assert use.install == [
         "mpi_ssh",
+        "gdrcopy",
         "nccl_tests",
         "metis",
         "rmm",

@@ -125,9 +125,16 @@ def test_flavour_selection_follows_the_profile(root):
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
     aws = {a.name for a in catalog.needed(loaded, "efa", "aws")}
     portable = {a.name for a in catalog.needed(loaded, "efa", "portable")}
-    # aws: the installer brings libfabric, Open MPI and the plugin; NCCL is built from source.
-    assert aws == {"efa_installer", "nccl", "nccl_tests"}
-    assert portable == {"libfabric", "openmpi", "nccl_wheel", "aws_ofi_nccl", "nccl_tests"}
+    # aws: the installer brings libfabric, Open MPI and the plugin; NCCL and GDRCopy are built.
+    assert aws == {"efa_installer", "nccl", "gdrcopy", "nccl_tests"}
+    assert portable == {
+        "libfabric",
+        "openmpi",
+        "nccl_wheel",
+        "gdrcopy",
+        "aws_ofi_nccl",
+        "nccl_tests",
+    }
     # The reduced flavour is what reachable sources build (the CI mirror).
     reduced = {a.name for a in catalog.needed(loaded, "efa-reduced", "portable")}
     assert reduced == {"libfabric", "openmpi", "nccl_wheel"}
