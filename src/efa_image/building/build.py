@@ -191,12 +191,13 @@ def print_summary(result: BuildResult) -> None:
 
 
 def verify_image(image: str, plan: Plan, result: BuildResult) -> None:
-    """EFA userspace, image ENV, compatibility, and an MPI job across two containers."""
+    """EFA userspace, image ENV, compatibility, GDRCopy, and an MPI job across two containers."""
     with target(None, image) as run:
         report = verify.verify_efa(run, version=plan.components.get("libfabric"))
         mismatches = images.check_image_env(image, run)
         report.add("image ENV", not mismatches, "; ".join(mismatches) or "matches env.d")
         verify.verify_compat(run, report)
+        verify.verify_gdrcopy(run, report)
         cleanup = run("cat /opt/efa-image/cleanup.json")
         if cleanup.rc == 0:
             result.cleanup = json.loads(cleanup.stdout)

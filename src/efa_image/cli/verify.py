@@ -39,6 +39,7 @@ def cmd_verify(args: argparse.Namespace) -> None:
     with containers.target(args.container, args.image, gpus=args.perf) as run:
         report = verify.verify_efa(run, prefix=args.prefix, version=args.version)
         verify.verify_compat(run, report)
+        verify.verify_gdrcopy(run, report)
         if args.perf:
             verify.verify_perf(run, report, args.instance_type, args.threshold)
     print(report.to_json() if args.json else report.render())
@@ -97,6 +98,7 @@ def verify_across(args: argparse.Namespace) -> None:
             )
         report = verify.verify_efa(run, prefix=args.prefix, version=args.version)
         verify.verify_compat(run, report)
+        verify.verify_gdrcopy(run, report)
         devices = devices or verify.efa_devices(run)
         print(f"{host}:\n{report.render()}")
         if not report.ok:

@@ -20,7 +20,7 @@ from typing import Protocol
 from efa_image.compat import rules
 from efa_image.sagemaker import instance_types
 from efa_image.types import Finding
-from efa_image.verification import fi_info, nccl_log, nccl_tests
+from efa_image.verification import fi_info, gdrcopy, nccl_log, nccl_tests
 
 
 class Output(Protocol):
@@ -172,11 +172,16 @@ TORCH_NCCL = (
 RENAMED_METHODS = {"installer": "efa_installer"}
 
 
-def image_facts(run: Run) -> dict[str, str]:
-    """Versions for the compatibility rules from the image manifest (and PyTorch, if any)."""
+def manifest_components(run: Run) -> dict[str, dict]:
+    """The image manifest's components by name ({} without a manifest)."""
     listing = run("cat /opt/efa-image/manifest.json")
     manifest = json.loads(listing.stdout) if listing.rc == 0 and listing.stdout.strip() else {}
-    components = {c["name"]: c for c in manifest.get("components", [])}
+    return {c["name"]: c for c in manifest.get("components", [])}
+
+
+def image_facts(run: Run) -> dict[str, str]:
+    """Versions for the compatibility rules from the image manifest (and PyTorch, if any)."""
+    components = manifest_components(run)
     facts: dict[str, str] = {}
     if efa := components.get("efa"):
         method = str(efa.get("method", ""))
@@ -212,6 +217,22 @@ def verify_compat(run: Run, report: Report) -> rules.Check:
             f"not applicable here: {skipped}",
         )
     return result
+
+
+def verify_gdrcopy(run: Run, report: Report) -> None:
+    """GDRCopy where the manifest lists it, and the host's gdrdrv against it.
+
+    The image's library is checked as AWS's sanity script does; the kernel
+    module is the host's (HARDWARE): older than the library draws a warning,
+    absent a note, never a pass (efa_image.verification.gdrcopy).
+    """
+    component = manifest_components(run).get("gdrcopy")
+    if component is None:
+        return
+    report.findings.extend(gdrcopy.image_findings(run, component))
+    report.findings.append(
+        gdrcopy.gdrdrv_finding(gdrcopy.read_gdrdrv(run), str(component.get("version", "")))
+    )
 
 
 # INIT and NET name the plugin, provider, protocol and GPUDirect RDMA; ENV what was forced.
