@@ -104,12 +104,7 @@ def test_every_locked_role_and_method_is_known(root):
     # smdistributed_modelparallel (smdistributed_modelparallel; no v1 build fits the
     # lock's PyTorch).
     opt_in = {"openmpi4", "smdistributed_modelparallel"}
-    # Entries pinned ahead of their role, which no flavour installs yet: gdrcopy
-    # (issue 37; its role is being written). Remove a name once its role lands.
-    role_pending = {"gdrcopy"}
     for artifact in loaded.artifacts.values():
-        if artifact.name in role_pending:
-            continue
         assert artifact.role in roles, artifact.name
         for method in artifact.methods:
             # A method no profile chooses is still one the role has (rmm's source build).
