@@ -92,25 +92,24 @@ IMAGE_TEST_BASE_sagemaker := $(SECOND_BASE)
 
 # Each component is compiled once per run: image-tests@build's first build, the
 # efa-reduced image on Debian 12, compiles libfabric and Open MPI into the build
-# cache, and every step that builds them on Debian 12 comes after it and takes
-# them from there. The distro group's failing build compares the efa-reduced
-# images before and after, so it too waits for that build. sagemaker_training
-# compiles the sdists (mpi4py against that Open MPI) before the SageMaker image
-# takes their wheels from the cache.
-AFTER_FIRST_BUILD := image-tests@push image-tests@hosts image-tests@distro \
-    molecule@efa/default molecule@openmpi/default molecule@aws_ofi_nccl/default \
-    molecule@sagemaker_training/default
-$(AFTER_FIRST_BUILD): image-tests@build
-image-tests@sagemaker: image-tests@build molecule@sagemaker_training/default
-
-# Longest first where the order is free, so that neither core idles at the end:
-# the first build and what waits for it, then the scenarios by their duration.
-TEST_STEPS := ruff ruff-format yamllint image-tests@build unit \
+# cache, and the steps that build them on Debian 12 come after it and take them
+# from there; sagemaker_training compiles the sdists (mpi4py against that Open
+# MPI) before the SageMaker image takes their wheels from the cache.
+image-tests@sagemaker: molecule@sagemaker_training/default
+# While that build runs, the other core takes EARLY_STEPS, about as long as the
+# build; every other step waits for it too. Make queues the steps that can start
+# in the order of TEST_STEPS, so when the build ends the longest chain starts
+# first (sagemaker_training, then the SageMaker image) and the rest fill the
+# other core, longest first.
+EARLY_STEPS := ruff ruff-format yamllint unit ansible-lint packer-check image-tests@distro \
+    molecule@artifact/default molecule@common/default
+LATE_STEPS := $(filter-out image-tests@build $(EARLY_STEPS),$(IMAGE_TEST_STEPS) $(SCENARIO_STEPS))
+$(LATE_STEPS): image-tests@build
+TEST_STEPS := image-tests@build $(EARLY_STEPS) \
     molecule@sagemaker_training/default image-tests@sagemaker image-tests@hosts \
-    image-tests@distro image-tests@push \
-    $(addprefix molecule@,pytorch/default common/default metis/default openmpi/default \
-        rmm/default nccl/default artifact/default mpi_ssh/default efa/default) \
-    ansible-lint $(SCENARIO_STEPS) packer-check
+    $(addprefix molecule@,pytorch/default metis/default openmpi/default rmm/default \
+        nccl/default mpi_ssh/default efa/default) \
+    $(LATE_STEPS)
 test-steps: $(TEST_STEPS)
 
 lint: ruff ruff-format yamllint ansible-lint

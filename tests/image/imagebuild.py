@@ -38,11 +38,6 @@ def docker(*argv: str) -> str:
     return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True).stdout
 
 
-def image_ids(flavor: str = FLAVOR, profile: str = PROFILE) -> set[str]:
-    labels = [f"label=org.efa-image.flavor={flavor}", f"label=org.efa-image.profile={profile}"]
-    return set(docker("images", "-aq", "--no-trunc", *(f"--filter={f}" for f in labels)).split())
-
-
 def build_containers(pid: int) -> list[str]:
     """The build containers of the efa-image process `pid` (packer labels them)."""
     return docker("ps", "-aq", "--filter", f"label={OWNER_LABEL}=pid:{pid}").split()

@@ -16,7 +16,7 @@ ours). On them, as a user would:
   unreachable host) stops before any change with one line naming the fix.
 
 make test runs this after image-tests@build stored libfabric and Open MPI in the
-build cache (the Makefile's AFTER_FIRST_BUILD), so nothing compiles here.
+build cache (the Makefile's the steps after the first build), so nothing compiles here.
 """
 
 from __future__ import annotations
