@@ -75,6 +75,10 @@ test: setup
 SCENARIOS := $(sort $(patsubst roles/%/molecule.yml,%,$(subst /molecule/,/,$(wildcard roles/*/molecule/*/molecule.yml)))) \
     $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 SCENARIO_STEPS := $(addprefix molecule@,$(SCENARIOS))
+# Run by `make molecule` but not by make test: the efa-reduced flavour's scenario
+# converges the same roles with the same profile on the same base, runs their
+# test files and re-pins their components (molecule/README.md).
+COVERED_BY_FLAVOUR_SCENARIOS := molecule@efa/default molecule@openmpi/default
 # The image tests in groups that run as one pytest session each; the groups'
 # tests share built images, and the base they build on (IMAGE_TEST_BASE).
 IMAGE_TEST_GROUPS := build push sagemaker hosts distro
@@ -103,22 +107,23 @@ image-tests@sagemaker: molecule@sagemaker_training/default
 # other core, longest first.
 EARLY_STEPS := ruff ruff-format yamllint unit ansible-lint packer-check image-tests@distro \
     molecule@artifact/default molecule@common/default
-LATE_STEPS := $(filter-out image-tests@build $(EARLY_STEPS),$(IMAGE_TEST_STEPS) $(SCENARIO_STEPS))
+LATE_STEPS := $(filter-out image-tests@build $(EARLY_STEPS) $(COVERED_BY_FLAVOUR_SCENARIOS),\
+    $(IMAGE_TEST_STEPS) $(SCENARIO_STEPS))
 $(LATE_STEPS): image-tests@build
 TEST_STEPS := image-tests@build $(EARLY_STEPS) \
     molecule@sagemaker_training/default image-tests@sagemaker image-tests@hosts \
-    $(addprefix molecule@,pytorch/default metis/default openmpi/default rmm/default \
-        nccl/default mpi_ssh/default efa/default) \
+    $(addprefix molecule@,sagemaker-reduced efa-reduced pytorch/default metis/default \
+        rmm/default nccl/default mpi_ssh/default) \
     $(LATE_STEPS)
 test-steps: $(TEST_STEPS)
 
 lint: ruff ruff-format yamllint ansible-lint
 
 ruff:
-	@$(TIMED) $(BIN)/ruff check src tests roles plugins tools
+	@$(TIMED) $(BIN)/ruff check src tests roles plugins tools molecule
 
 ruff-format:
-	@$(TIMED) $(BIN)/ruff format --check src tests roles plugins tools
+	@$(TIMED) $(BIN)/ruff format --check src tests roles plugins tools molecule
 
 yamllint:
 	@$(TIMED) $(BIN)/yamllint --strict .

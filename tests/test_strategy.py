@@ -72,9 +72,15 @@ def test_scenarios_name_the_connection_mitogen_takes_over(molecule_config):
     }
     env = provisioner["env"]
     assert env["ANSIBLE_STRATEGY"] == "${EFA_IMAGE_ANSIBLE_STRATEGY:-mitogen_linear}"
-    # Molecule's project directory is the role's.
-    plugins = env["ANSIBLE_STRATEGY_PLUGINS"].replace("${MOLECULE_PROJECT_DIRECTORY}", "roles/efa")
-    assert (ROOT / plugins / "mitogen_linear.py").resolve().is_file()
+    # Molecule's project directory is the role's (the repository root ../.. from it),
+    # or the root itself for the flavour scenarios (its .env.yml says `.`).
+    for project, root in (("roles/efa", "../.."), (".", ".")):
+        plugins = (
+            env["ANSIBLE_STRATEGY_PLUGINS"]
+            .replace("${MOLECULE_PROJECT_DIRECTORY}", project)
+            .replace("${EFA_IMAGE_MOLECULE_ROOT:-../..}", root)
+        )
+        assert (ROOT / plugins / "mitogen_linear.py").resolve().is_file()
 
 
 def test_docker_builds_name_the_connection_and_strategy():
