@@ -8,6 +8,8 @@ what a good, a broken or a skewed installation would show.
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,11 @@ import pytest
 from efa_image.artifacts import lock
 from efa_image.building import flavors
 from efa_image.verification import gdrcopy, verify
+from fakerun import fake
 
+ROOT = Path(__file__).resolve().parents[1]
 ROLE_CHECK = "roles/gdrcopy/files/gdrcopy_check.py"
+COMMON_FILES = ROOT / "roles/common/files"
 HEADER = """\
 #define MAJOR_VERSION_SHIFT     16
 #define GDR_API_MAJOR_VERSION    2
@@ -76,7 +81,10 @@ def test_lock_entry_is_the_pinned_tag_archive(loaded):
 
 @pytest.fixture(scope="module")
 def role_check():
-    path = Path(__file__).resolve().parents[1] / ROLE_CHECK
+    # The script imports common's library_check, which the role sends with it.
+    if str(COMMON_FILES) not in sys.path:
+        sys.path.append(str(COMMON_FILES))
+    path = ROOT / ROLE_CHECK
     spec = importlib.util.spec_from_file_location("gdrcopy_check", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -112,6 +120,23 @@ def test_role_check_reports_a_header_of_another_version(role_check, tmp_path, ca
     assert role_check.main([*arguments, "--version", "2.5.2"]) == 1
     problems = json.loads(capsys.readouterr().out)["problems"]
     assert problems[0] == f"{tmp_path}/gdrapi.h declares GDR_API version 2.6, not 2.5"
+
+
+def test_role_check_runs_as_the_role_runs_it(tmp_path):
+    """python3 -c <common's library_check.py> <the script> ARGS (vars/main.yml)."""
+    (tmp_path / "gdrapi.h").write_text(HEADER)
+    (tmp_path / "gdrconfig.h").write_text("")
+    command = [sys.executable, "-c", (COMMON_FILES / "library_check.py").read_text()]
+    command += [(ROOT / ROLE_CHECK).read_text(), "--library", "libc.so.6"]
+    command += ["--include", str(tmp_path), "--version", "2.6"]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, cwd=tmp_path)
+    result = json.loads(proc.stdout)
+    assert (proc.returncode, result["header_version"], result["want"]) == (1, "2.6", "2.6")
+    assert Path(result["loaded"]).name.startswith("libc.so")
+    assert result["problems"] == [
+        f"{result['loaded']} lacks gdr_open, gdr_pin_buffer, gdr_runtime_get_version,"
+        " gdr_driver_get_version"
+    ]
 
 
 # Versions, headers and the host's gdrdrv (efa_image.verification.gdrcopy).
@@ -172,16 +197,6 @@ LDCONFIG = (
 )
 LDD = "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x1)\n"
 COMPONENT = {"name": "gdrcopy", "method": "source", "version": "2.6", "prefix": "/opt/gdrcopy"}
-
-
-def fake(responses):
-    def run(command):
-        for needle, outcome in responses.items():
-            if needle in command:
-                return verify.Outcome(*outcome)
-        return verify.Outcome(127, "", f"unexpected command {command}")
-
-    return run
 
 
 def image(gdrdrv=None, **overrides):

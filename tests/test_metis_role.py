@@ -11,6 +11,7 @@ argument specs, which a run of the role checks first, are checked on their own.
 import importlib.util
 import json
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from localplay import lock_file, run_playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "roles" / "metis"
+COMMON_FILES = ROOT / "roles" / "common" / "files"
 HEADER = textwrap.dedent("""\
     #define IDXTYPEWIDTH 32
     #define REALTYPEWIDTH 32
@@ -31,6 +33,9 @@ HEADER = textwrap.dedent("""\
 
 
 def load_check():
+    # The script imports common's library_check, which the role sends with it.
+    if str(COMMON_FILES) not in sys.path:
+        sys.path.append(str(COMMON_FILES))
     spec = importlib.util.spec_from_file_location("metis_check", ROLE / "files" / "metis_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -3,6 +3,7 @@ from pathlib import Path
 
 from efa_image.types import Finding
 from efa_image.verification import nccl_log, verify
+from fakerun import fake
 from nccl_lines import EFA_LINES
 
 VERSION = "/opt/amazon/efa/bin/fi_info: 2.1.0\nlibfabric: 2.1.0\nlibfabric api: 2.1\n"
@@ -16,16 +17,6 @@ EFA_HW = (
     "provider: efa\n    fabric: efa\n    domain: rdmap16s27-rdm\n    version: 122.0\n"
     "    type: FI_EP_RDM\n    protocol: FI_PROTO_EFA\n"
 )
-
-
-def fake(responses):
-    def run(command):
-        for needle, outcome in responses.items():
-            if needle in command:
-                return verify.Outcome(*outcome)
-        return verify.Outcome(127, "", f"unexpected command {command}")
-
-    return run
 
 
 def base(**overrides):

@@ -1,7 +1,7 @@
 """Check an installed GDRCopy userspace library as AWS's sanity script does.
 
-    python3 gdrcopy_check.py --library libgdrapi.so --include /opt/gdrcopy/include \
-        --version 2.6
+    PYTHONPATH=roles/common/files python3 gdrcopy_check.py --library libgdrapi.so \
+        --include /opt/gdrcopy/include --version 2.6
 
 --library is given to dlopen as it is: a bare name resolves as aws-ofi-nccl's
 dlopen("libgdrapi.so") does (ld.so's cache), a path loads that file. Prints one
@@ -15,8 +15,10 @@ none:
   gdrdrv kernel module is called (gdr_open opens /dev/gdrdrv, the host's);
 - gdr_runtime_get_version, which needs no driver, reports that version too.
 
-Standard library only: it runs in the target's system Python, before or
-without anything else of the image.
+Standard library only, with roles/common/files/library_check.py (dlopen,
+loaded_path, header_define): it runs in the target's system Python, before or without
+anything else of the image, as `python3 -c "<library_check.py>" "<this script>"
+ARGUMENTS...` (the role's vars/main.yml).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import os
 import re
 import sys
 from typing import Any
+
+from library_check import dlopen, header_define, loaded_path
 
 HEADERS = ("gdrapi.h", "gdrconfig.h")
 # gdr_open and gdr_pin_buffer: AWS's check_nccl_efa_gdrcopy.sh; the version
@@ -43,24 +47,9 @@ def major_minor(version: str) -> str | None:
 
 def header_version(text: str) -> str | None:
     """GDR_API_MAJOR_VERSION.GDR_API_MINOR_VERSION that gdrapi.h defines."""
-
-    def define(name: str) -> str | None:
-        match = re.search(rf"^\s*#define\s+{name}\s+(\d+)\s*$", text, re.MULTILINE)
-        return match.group(1) if match else None
-
-    major, minor = define("GDR_API_MAJOR_VERSION"), define("GDR_API_MINOR_VERSION")
+    major = header_define(text, "GDR_API_MAJOR_VERSION")
+    minor = header_define(text, "GDR_API_MINOR_VERSION")
     return f"{int(major)}.{int(minor)}" if major and minor else None
-
-
-def loaded_path(name: str) -> str | None:
-    """The file the dynamic linker mapped for the library (after symlinks)."""
-    stem = os.path.basename(name).split(".so")[0]
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split(maxsplit=5)[-1].strip()
-            if path.startswith("/") and os.path.basename(path).startswith(stem + ".so"):
-                return os.path.realpath(path)
-    return None
 
 
 def runtime_version(library: ctypes.CDLL) -> str:
@@ -89,10 +78,8 @@ def check(library_name: str, include: str, version: str) -> dict[str, Any]:
             problems.append(
                 f"{include}/gdrapi.h declares GDR_API version {facts['header_version']}, not {want}"
             )
-    try:
-        library = ctypes.CDLL(library_name)
-    except OSError as exc:
-        problems.append(f"dlopen({library_name}) failed: {exc}")
+    library = dlopen(library_name, problems)
+    if library is None:
         return {**facts, "problems": problems}
     facts["loaded"] = loaded_path(library_name)
     missing = [name for name in SYMBOLS if not hasattr(library, name)]

@@ -1,7 +1,7 @@
 """Check an installed METIS by what it does, not by its file names.
 
-    python3 metis_check.py --library libmetis.so --header /opt/metis/include/metis.h \
-        --width 32 --version 5.1.0
+    PYTHONPATH=roles/common/files python3 metis_check.py --library libmetis.so \
+        --header /opt/metis/include/metis.h --width 32 --version 5.1.0
 
 --library is given to dlopen as it is: a bare name resolves as a program's
 NEEDED entry does (ld.so's cache), a path loads that file. Prints one JSON
@@ -13,8 +13,10 @@ object (what was found, and "problems") and exits 0 only when there are none:
 - METIS_PartGraphKway, with idx_t of --width bits, cuts two 5-cliques joined
   by one edge into its two cliques (edge cut 1), the only optimal bisection.
 
-Standard library only: it runs in the target's system Python, before or
-without anything else of the image.
+Standard library only, with roles/common/files/library_check.py (dlopen,
+loaded_path, header_define): it runs in the target's system Python, before or without
+anything else of the image, as `python3 -c "<library_check.py>" "<this script>"
+ARGUMENTS...` (the role's vars/main.yml).
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import os
-import re
 import sys
 from typing import Any
+
+from library_check import dlopen, header_define, loaded_path
 
 NOPTIONS = 40
 SENTINEL = 0x5A5A5A5A
@@ -53,29 +55,13 @@ def graph() -> tuple[list[int], list[int]]:
 
 def header_facts(text: str) -> dict[str, int | str | None]:
     """IDXTYPEWIDTH, REALTYPEWIDTH and the version that metis.h defines."""
-
-    def define(name: str) -> str | None:
-        match = re.search(rf"^\s*#define\s+{name}\s+(\d+)\s*$", text, re.MULTILINE)
-        return match.group(1) if match else None
-
-    parts = [define(f"METIS_VER_{p}") for p in ("MAJOR", "MINOR", "SUBMINOR")]
-    width, real = define("IDXTYPEWIDTH"), define("REALTYPEWIDTH")
+    parts = [header_define(text, f"METIS_VER_{p}") for p in ("MAJOR", "MINOR", "SUBMINOR")]
+    width, real = header_define(text, "IDXTYPEWIDTH"), header_define(text, "REALTYPEWIDTH")
     return {
         "header_idx_width": int(width) if width else None,
         "header_real_width": int(real) if real else None,
         "header_version": ".".join(parts) if all(parts) else None,
     }
-
-
-def loaded_path(name: str) -> str | None:
-    """The file the dynamic linker mapped for the library (after symlinks)."""
-    stem = os.path.basename(name).split(".so")[0]
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split(maxsplit=5)[-1].strip()
-            if path.startswith("/") and os.path.basename(path).startswith(stem + ".so"):
-                return os.path.realpath(path)
-    return None
 
 
 def library_width(library: ctypes.CDLL) -> int | None:
@@ -143,10 +129,8 @@ def check(library_name: str, header: str, width: int, version: str) -> dict[str,
             problems.append(f"{header} has IDXTYPEWIDTH {facts['header_idx_width']}, not {width}")
         if facts["header_version"] != version:
             problems.append(f"{header} is METIS {facts['header_version']}, not {version}")
-    try:
-        library = ctypes.CDLL(library_name)
-    except OSError as exc:
-        problems.append(f"dlopen({library_name}) failed: {exc}")
+    library = dlopen(library_name, problems)
+    if library is None:
         return {**facts, "problems": problems}
     facts["loaded"] = loaded_path(library_name)
     facts["library_idx_width"] = library_width(library)

@@ -18,6 +18,8 @@ MAJOR = API.split(".")[0]
 PREFIX = "/opt/gdrcopy"
 LIBDIR = f"{PREFIX}/lib"
 CHECK = (Path(__file__).parents[3] / "files" / "gdrcopy_check.py").read_text()
+# The script runs as the role runs it: through common's library_check, both as text.
+LIBRARY_CHECK = (Path(__file__).parents[4] / "common" / "files" / "library_check.py").read_text()
 # AWS's check: load it and resolve the two functions, without calling gdr_open
 # (it opens /dev/gdrdrv, which only a GPU host's kernel module provides).
 RESOLVE = (
@@ -82,7 +84,8 @@ def test_only_the_library_and_headers_are_installed(host):
 
 def run_role_check(host, version):
     result = host.run(
-        "python3 -c %s --library libgdrapi.so --include %s --version %s",
+        "python3 -c %s %s --library libgdrapi.so --include %s --version %s",
+        LIBRARY_CHECK,
         CHECK,
         f"{PREFIX}/include",
         version,

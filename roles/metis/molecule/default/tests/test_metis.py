@@ -15,6 +15,8 @@ from efa_image.artifacts import context
 
 METIS = context.role_lock("portable").get("metis")
 CHECK = (Path(__file__).parents[3] / "files" / "metis_check.py").read_text()
+# The script runs as the role runs it: through common's library_check, both as text.
+LIBRARY_CHECK = (Path(__file__).parents[4] / "common" / "files" / "library_check.py").read_text()
 # Three triangles in a chain (0-1-2, 3-4-5, 6-7-8, joined by 2-3 and 5-6): the
 # one balanced 3-way partition with edge cut 2 keeps each triangle together.
 CHAIN = [(0, 1), (1, 2), (0, 2), (3, 4), (4, 5), (3, 5), (6, 7), (7, 8), (6, 8), (2, 3), (5, 6)]
@@ -100,8 +102,8 @@ def test_library_partitions_a_known_graph(host, layout):
 def run_role_check(host, library, header, width, version):
     """The role's verifier (files/metis_check.py): exit status and its JSON report."""
     result = host.run(
-        "python3 -c %s --library %s --header %s --width %s --version %s",
-        *(CHECK, library, header, str(width), version),
+        "python3 -c %s %s --library %s --header %s --width %s --version %s",
+        *(LIBRARY_CHECK, CHECK, library, header, str(width), version),
     )
     return result.rc, json.loads(result.stdout)
 
