@@ -40,6 +40,17 @@ class ArtifactError(EfaImageError):
     """An artifact that cannot be had or does not verify; the message names it."""
 
 
+def transfer_error(exc: OSError, timeout: float) -> str:
+    """One line for what urllib.request.urlopen, or reading its answer, raised."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return f"cannot connect: {exc.reason}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g}s"
+    return f"transfer failed: {exc}"
+
+
 class ChecksumMismatch(ArtifactError):
     pass
 
@@ -123,14 +134,8 @@ def download(
                 done += len(chunk)
                 if progress:
                     progress.update(done)
-    except urllib.error.HTTPError as exc:
-        raise ArtifactError(f"HTTP {exc.code} {exc.reason}") from exc
-    except urllib.error.URLError as exc:
-        raise ArtifactError(f"cannot connect: {exc.reason}") from exc
-    except TimeoutError as exc:
-        raise ArtifactError(f"no answer within {timeout:g}s") from exc
     except OSError as exc:
-        raise ArtifactError(f"transfer failed: {exc}") from exc
+        raise ArtifactError(transfer_error(exc, timeout)) from exc
     if total is not None and done != total:
         raise ArtifactError(f"truncated: got {done} of {total} bytes")
     return digest.hexdigest()
@@ -270,12 +275,8 @@ class Store:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 length = response.headers.get("Content-Length")
-        except urllib.error.HTTPError as exc:
-            raise ArtifactError(f"HTTP {exc.code} {exc.reason}") from exc
-        except urllib.error.URLError as exc:
-            raise ArtifactError(f"cannot connect: {exc.reason}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise ArtifactError(f"no answer within {self.timeout:g}s ({exc})") from exc
+        except OSError as exc:
+            raise ArtifactError(transfer_error(exc, self.timeout)) from exc
         return _human(int(length)) if length and length.isdigit() else "size unknown"
 
     def check(self, artifact: Artifact) -> Availability:

@@ -32,7 +32,6 @@ import json
 import lzma
 import re
 import threading
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
@@ -44,15 +43,14 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from efa_image import __version__
 from efa_image.artifacts import lock_schema
+from efa_image.artifacts.artifact_store import USER_AGENT, transfer_error
 from efa_image.artifacts.lock_model import Artifact, LockError
 
 DEFAULT_PYPI = "https://pypi.org/pypi"
 DEFAULT_GITHUB = "https://api.github.com"
 DEFAULT_DEBIAN_SUITES = ("unstable",)
 DEFAULT_TIMEOUT = 10.0
-USER_AGENT = f"efa-image/{__version__}"
 
 CURRENT, OUTDATED, UNKNOWN = "current", "outdated", "unknown"
 GITHUB = re.compile(r"^https?://github\.com/([^/]+)/([^/]+)/")
@@ -123,14 +121,8 @@ class Upstream:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return response.read()
-        except urllib.error.HTTPError as exc:
-            raise Unreachable(f"{url}: HTTP {exc.code} {exc.reason}") from exc
-        except urllib.error.URLError as exc:
-            raise Unreachable(f"{url}: cannot connect: {exc.reason}") from exc
-        except TimeoutError as exc:
-            raise Unreachable(f"{url}: no answer within {self.timeout:g}s") from exc
         except OSError as exc:
-            raise Unreachable(f"{url}: {exc}") from exc
+            raise Unreachable(f"{url}: {transfer_error(exc, self.timeout)}") from exc
 
     def get_json(self, url: str, accept: str = "application/json") -> object:
         try:
