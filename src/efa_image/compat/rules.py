@@ -20,11 +20,9 @@ import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-import yaml
-
+from efa_image.datafiles import read_yaml
 from efa_image.errors import EfaImageError
 
 DEFAULT_RULES = "compatibility.yml"
@@ -172,15 +170,7 @@ def _parse_rule(raw: object, index: int, where: str) -> Rule:
 
 def load_rules(path: Path | str | None = None) -> list[Rule]:
     """The rules in `path`, or the packaged data/compatibility.yml."""
-    if path is None:
-        text = resources.files("efa_image").joinpath("data", DEFAULT_RULES).read_text()
-        where = f"efa_image/data/{DEFAULT_RULES}"
-    else:
-        text, where = Path(path).read_text(), str(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise RuleError(f"{where}: not YAML: {error}") from None
+    data, where = read_yaml(DEFAULT_RULES, path, RuleError)
     if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
         raise RuleError(f"{where}: expected a top-level 'rules:' list")
     rules = [_parse_rule(raw, i, where) for i, raw in enumerate(data["rules"])]

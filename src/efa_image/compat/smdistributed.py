@@ -15,14 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from efa_image.artifacts.lock import Artifact
 from efa_image.compat.pytorch import Image, cuda_tag, lock_image
+from efa_image.datafiles import read_yaml
 from efa_image.errors import EfaImageError
 
 DATA = "smdistributed_builds.yml"
@@ -169,15 +167,7 @@ def _also(raw: object, where: str) -> tuple[Fit, ...]:
 
 def load_builds(path: Path | str | None = None) -> dict[str, tuple[Build, ...]]:
     """The builds in `path`, or the packaged data/smdistributed_builds.yml, validated."""
-    if path is None:
-        text = resources.files("efa_image").joinpath("data", DATA).read_text()
-        where = f"efa_image/data/{DATA}"
-    else:
-        text, where = Path(path).read_text(), str(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise BuildsError(f"{where}: not YAML: {error}") from None
+    data, where = read_yaml(DATA, path, BuildsError)
     if not isinstance(data, Mapping) or set(data) != set(LIBRARIES):
         raise BuildsError(f"{where}: expected exactly the keys {', '.join(LIBRARIES)}")
     builds: dict[str, tuple[Build, ...]] = {}

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-import yaml
-
+from efa_image.datafiles import read_yaml
 from efa_image.errors import EfaImageError
 
 DATA = "sagemaker_instance_types.yml"
@@ -67,12 +65,7 @@ def _types_from(data: object, where: str) -> dict[str, InstanceType]:
 
 def load_instance_types(path: Path | str | None = None) -> dict[str, InstanceType]:
     """The table in `path`, or the packaged data/sagemaker_instance_types.yml, validated."""
-    if path is None:
-        text = resources.files("efa_image").joinpath("data", DATA).read_text()
-        where = f"efa_image/data/{DATA}"
-    else:
-        text, where = Path(path).read_text(), str(path)
-    return _types_from(yaml.safe_load(text), where)
+    return _types_from(*read_yaml(DATA, path, InstanceTypeError))
 
 
 def instance_type(name: str, table: Mapping[str, InstanceType] | None = None) -> InstanceType:

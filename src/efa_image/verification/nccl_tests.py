@@ -14,12 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from efa_image.datafiles import read_yaml
 from efa_image.errors import EfaImageError
 from efa_image.types import Finding
 
@@ -181,15 +179,8 @@ NETWORK_ONLY_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS
 
 
 def _load_table(path: Path | str | None) -> tuple[dict[Any, Any], str]:
-    if path is None:
-        text = resources.files("efa_image").joinpath("data", DEFAULT_THRESHOLDS).read_text()
-        where = f"efa_image/data/{DEFAULT_THRESHOLDS}"
-    else:
-        text, where = Path(path).read_text(), str(path)
-    try:
-        data: Any = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        raise EfaImageError(f"{where}: not YAML: {error}") from None
+    data, where = read_yaml(DEFAULT_THRESHOLDS, path, EfaImageError)
+    data = data or {}
     if not isinstance(data, dict):
         raise EfaImageError(f"{where}: expected a mapping of instance type -> floors")
     for instance, floors in data.items():
