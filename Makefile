@@ -68,7 +68,7 @@ bench: setup
 # past a failed step.
 TEST_JOBS ?= 2
 test: setup
-	@$(TIMED) $(MAKE) --no-print-directory --jobs=$(TEST_JOBS) --output-sync=target test-steps
+	@$(TIMED) $(MAKE) --no-print-directory --jobs=$(TEST_JOBS) --output-sync=target TEST_ORDER=1 test-steps
 
 # Every scenario: roles/ROLE/molecule/SCENARIO as ROLE/SCENARIO, and the
 # flavours' scenarios in molecule/ by name.
@@ -99,7 +99,6 @@ IMAGE_TEST_BASE_sagemaker := $(SECOND_BASE)
 # cache, and the steps that build them on Debian 12 come after it and take them
 # from there; sagemaker_training compiles the sdists (mpi4py against that Open
 # MPI) before the SageMaker image takes their wheels from the cache.
-image-tests@sagemaker: molecule@sagemaker_training/default
 # While that build runs, the other core takes EARLY_STEPS, about as long as the
 # build; every other step waits for it too. Make queues the steps that can start
 # in the order of TEST_STEPS, so when the build ends the longest chain starts
@@ -109,7 +108,12 @@ EARLY_STEPS := ruff ruff-format yamllint unit ansible-lint packer-check image-te
     molecule@artifact/default molecule@common/default
 LATE_STEPS := $(filter-out image-tests@build $(EARLY_STEPS) $(COVERED_BY_FLAVOUR_SCENARIOS),\
     $(IMAGE_TEST_STEPS) $(SCENARIO_STEPS))
+# The order holds in make test only (TEST_ORDER=1): a step run alone
+# (`make molecule@efa-reduced`) starts at once and compiles what it needs.
+ifeq ($(TEST_ORDER),1)
 $(LATE_STEPS): image-tests@build
+image-tests@sagemaker: molecule@sagemaker_training/default
+endif
 TEST_STEPS := image-tests@build $(EARLY_STEPS) \
     molecule@sagemaker_training/default image-tests@sagemaker image-tests@hosts \
     $(addprefix molecule@,sagemaker-reduced efa-reduced pytorch/default metis/default \
