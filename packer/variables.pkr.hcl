@@ -22,8 +22,8 @@ variable "flavor" {
   default     = "efa"
   description = "Image flavour: which roles the image holds (playbooks/<flavor>.yml, playbooks/group_vars/all/flavors.yml)."
   validation {
-    condition     = contains(["efa", "efa-reduced", "sagemaker", "sagemaker-reduced"], var.flavor)
-    error_message = "The flavor must be one of: efa, efa-reduced, sagemaker, sagemaker-reduced."
+    condition     = contains(["efa", "efa-reduced", "sagemaker", "sagemaker-reduced", "sagemaker-torchrun", "sagemaker-torchrun-reduced"], var.flavor)
+    error_message = "The flavor must be one of: efa, efa-reduced, sagemaker, sagemaker-reduced, sagemaker-torchrun, sagemaker-torchrun-reduced."
   }
 }
 

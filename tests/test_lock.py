@@ -141,6 +141,29 @@ def test_flavour_selection_follows_the_profile(root):
         catalog.needed(loaded, "x", "aws")
 
 
+def test_a_flavour_chooses_its_lock_entries_and_the_others_leave_them_out(root):
+    """flavors.yml `artifacts:` names the entry a role variable picks; the entry it
+    replaces (the role's default) and the alternatives other flavours pick are not
+    fetched."""
+    from efa_image.building import flavors
+
+    catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
+    loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
+    assert catalog.defaults == {"pytorch_wheelset": "pytorch", "nccl_wheel_artifact": "nccl_wheel"}
+
+    def sets(flavor: str) -> set[str]:
+        return {a.wheelset or a.name for a in catalog.needed(loaded, flavor, "portable")}
+
+    torchrun = sets("sagemaker-torchrun-reduced")
+    assert {"pytorch_cu13", "nccl_wheel_cu13", "sagemaker_training"} <= torchrun
+    assert not {"pytorch", "nccl_wheel", "metis", "rmm_wheel"} & torchrun
+    assert {"aws_ofi_nccl", "nccl_tests"} <= sets("sagemaker-torchrun")
+    for flavor in ("sagemaker", "sagemaker-reduced"):
+        assert {"pytorch", "nccl_wheel"} <= sets(flavor)
+        assert not {"pytorch_cu13", "nccl_wheel_cu13"} & sets(flavor)
+    assert sets("efa-reduced") == {"libfabric", "openmpi", "nccl_wheel"}
+
+
 def test_portable_profile_builds_from_debian_sources(root):
     from efa_image.building import flavors
 

@@ -18,7 +18,14 @@ def test_flavours_match_the_catalog_and_have_playbooks(root):
     assert (
         set(allowed(root, "flavor"))
         == buildable
-        == {"efa", "efa-reduced", "sagemaker", "sagemaker-reduced"}
+        == {
+            "efa",
+            "efa-reduced",
+            "sagemaker",
+            "sagemaker-reduced",
+            "sagemaker-torchrun",
+            "sagemaker-torchrun-reduced",
+        }
     )
     assert set(catalog.buildable()) == buildable
 

@@ -57,6 +57,26 @@ def test_the_real_lock_passes_both_rules(tmp_path):
     assert set(RULES) <= set(result.passed), result.skipped
 
 
+def test_the_torchrun_flavour_has_cuda_13_torch_on_the_cuda_13_nccl(tmp_path):
+    ctx = load(tmp_path)
+    flavor = "sagemaker-torchrun-reduced"
+    needed = ctx.select(None, flavor, PROFILE).artifacts
+    facts = planned.compat_facts(
+        needed, ctx.catalog.roles(flavor), ctx.catalog.methods(PROFILE), images.BaseCuda()
+    )
+    assert facts["torch"] == "2.15.0" and facts["torch_cuda"] == "13.2"
+    assert facts["torch_nccl_built"] == facts["torch_nccl"] == facts["nccl"] == "2.30.7"
+    assert facts["nccl_cuda_major"] == "13"
+    result = rules.check(facts)
+    assert {*RULES, "image-nccl-cuda-major-matches-torch"} <= set(result.passed), result.skipped
+
+
+def test_a_cuda_12_nccl_under_a_cuda_13_torch_is_refused():
+    facts = {"torch": "2.15.0", "torch_cuda": "13.2", "nccl": "2.30.7", "nccl_cuda_major": "12"}
+    violations = {v.rule for v in rules.check(facts).violations}
+    assert violations == {"image-nccl-cuda-major-matches-torch"}
+
+
 def test_without_pytorch_in_the_flavor_the_rules_are_skipped(tmp_path):
     ctx = load(tmp_path)
     needed = ctx.select(None, "efa-reduced", PROFILE).artifacts

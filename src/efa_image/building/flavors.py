@@ -30,6 +30,12 @@ class Catalog:
     # records, which the build checks against the image): variables, PATH entries.
     image_env: dict[str, dict[str, str]] = field(default_factory=dict)
     image_path: dict[str, list[str]] = field(default_factory=dict)
+    # The lock entries a flavour's roles use in place of their defaults: role
+    # variable (nccl_wheel_artifact, pytorch_wheelset) -> lock entry or wheel set.
+    artifacts: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Each such variable's default (the role's defaults/main.yml): the entry it
+    # names when a flavour does not choose another.
+    defaults: dict[str, str] = field(default_factory=dict)
 
     def roles(self, flavor: str) -> list[str]:
         if flavor not in self.flavors:
@@ -55,13 +61,33 @@ class Catalog:
         self.methods(profile)
         return self.overlays.get(profile)
 
+    def unchosen(self, flavor: str) -> set[str]:
+        """Lock entries (or wheel sets) that a role variable could name but does not in
+        flavour: for each variable some flavour sets, every value it takes in any
+        flavour and its default, less the one this flavour uses."""
+        self.roles(flavor)
+        mine = self.artifacts.get(flavor, {})
+        left: set[str] = set()
+        for variable in {v for chosen in self.artifacts.values() for v in chosen}:
+            candidates = {
+                chosen[variable] for chosen in self.artifacts.values() if variable in chosen
+            }
+            if variable in self.defaults:
+                candidates.add(self.defaults[variable])
+            left |= candidates - {mine.get(variable, self.defaults.get(variable))}
+        return left
+
     def needed(self, lock: Lock, flavor: str, profile: str) -> list[Artifact]:
-        """The artifacts a build of flavour with profile downloads."""
+        """The artifacts a build of flavour with profile downloads: its roles' entries
+        for their methods, less the alternatives the flavour does not choose."""
         roles, methods = self.roles(flavor), self.methods(profile)
+        unchosen = self.unchosen(flavor)
         return [
             artifact
             for artifact in lock.artifacts.values()
-            if artifact.role in roles and artifact.used_with(methods.get(artifact.role))
+            if artifact.role in roles
+            and artifact.used_with(methods.get(artifact.role))
+            and (artifact.wheelset or artifact.name) not in unchosen
         ]
 
 
@@ -70,6 +96,11 @@ def load_catalog(path: Path | None = None) -> Catalog:
     playbooks = path.parents[2]
     data: dict[str, Any] = yaml.safe_load(path.read_text())
     flavors, profiles = data["efa_image_flavors"], data["efa_image_profiles"]
+    artifacts = {
+        name: {str(k): str(v) for k, v in spec["artifacts"].items()}
+        for name, spec in flavors.items()
+        if spec.get("artifacts")
+    }
     return Catalog(
         flavors={name: list(spec["roles"]) for name, spec in flavors.items()},
         profiles={name: dict(spec["methods"]) for name, spec in profiles.items()},
@@ -94,9 +125,21 @@ def load_catalog(path: Path | None = None) -> Catalog:
             for name, spec in flavors.items()
             if spec.get("image_path")
         },
+        artifacts=artifacts,
+        defaults=role_defaults(playbooks.parent / "roles", artifacts),
         overlays={
             name: playbooks / spec["lock_overlay"]
             for name, spec in profiles.items()
             if spec.get("lock_overlay")
         },
     )
+
+
+def role_defaults(roles: Path, artifacts: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The default of each role variable the flavours set, from roles/*/defaults/main.yml."""
+    wanted = {variable for chosen in artifacts.values() for variable in chosen}
+    found: dict[str, str] = {}
+    for defaults in sorted(roles.glob("*/defaults/main.yml")) if wanted else []:
+        values = yaml.safe_load(defaults.read_text()) or {}
+        found.update({k: str(v) for k, v in values.items() if k in wanted})
+    return found

@@ -50,11 +50,16 @@ def compat_facts(
         if distro.version:
             facts["libfabric"] = distro.version
     if "nccl" in roles:
-        source = artifacts.get("nccl") or artifacts.get("nccl_wheel")
+        # The wheel method's entry: nccl_wheel, or the one the flavour chose
+        # (nccl_wheel_artifact: nccl_wheel_cu13); the catalog left out the others.
+        wheel = next(
+            (a for a in needed if a.role == "nccl" and a.kind == "wheel" and not a.wheelset), None
+        )
+        source = artifacts.get("nccl") or wheel
         if source:
             facts["nccl"] = source.version
-        if "nccl_wheel" in artifacts:
-            major = rules.nccl_cuda_major(artifacts["nccl_wheel"].filename)
+        if wheel is not None:
+            major = rules.nccl_cuda_major(wheel.filename)
             if major:
                 facts["nccl_cuda_major"] = major
     if "aws_ofi_nccl" in artifacts:

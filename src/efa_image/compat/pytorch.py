@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from efa_image.artifacts.lock import Artifact
 
 TORCH_WHEEL = re.compile(r"^torch-(?P<version>[0-9.]+)(?:\+cu(?P<cu>\d+))?-(?P<python>cp3\d+)-")
-CUDA_RUNTIME_WHEEL = re.compile(r"^nvidia_cuda_runtime_cu\d+-(?P<major>\d+)\.(?P<minor>\d+)\.")
+# nvidia_cuda_runtime_cu12-12.4.127 (CUDA 12 wheels); from CUDA 13 the names carry
+# no suffix: nvidia_cuda_runtime-13.2.86.
+CUDA_RUNTIME_WHEEL = re.compile(r"^nvidia_cuda_runtime(?:_cu\d+)?-(?P<major>\d+)\.(?P<minor>\d+)\.")
 # NVIDIA's NCCL wheel, as PyTorch's wheels pin it.
 NCCL_PROJECT = re.compile(r"^nvidia-nccl-cu\d+$")
 
