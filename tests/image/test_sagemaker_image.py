@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
+from sdkv3 import SDK_V3_JOB, sdk_v3_python
 
 import sagemaker_job
-from efa_image.paths import project_root
 from efa_image.verification import multihost
 
 FLAVOR = "sagemaker-reduced"
@@ -358,24 +358,8 @@ def test_model_parallel_parameters_take_the_toolkits_model_parallel_path(jobs):
 
 # --- SageMaker Python SDK v3: ModelTrainer(distributed=MPI) in the SDK's local mode ---------
 
-# The SDK, pinned, in a virtualenv of its own (its dependencies are not the project's).
-SDK_V3 = "sagemaker==3.27.0"
-SDK_V3_VENV = project_root() / ".cache" / "sagemaker-sdk-v3"
-SDK_V3_JOB = Path(__file__).with_name("sdk_v3_job.py")
 SDK_V3_RANK = re.compile(r"sdk-v3 rank (\d+) of (\d+) on (\S+)")
 V3_INSTANCES, V3_PER_HOST = 2, 2
-
-
-def sdk_v3_python() -> Path:
-    python, marker = SDK_V3_VENV / "bin" / "python", SDK_V3_VENV / "efa-image-installed"
-    if not marker.is_file() or marker.read_text() != SDK_V3:
-        uv = str(Path(sys.executable).with_name("uv"))
-        subprocess.run(
-            [uv, "venv", "-q", "--python", "/usr/bin/python3", str(SDK_V3_VENV)], check=True
-        )
-        subprocess.run([uv, "pip", "install", "-q", "--python", str(python), SDK_V3], check=True)
-        marker.write_text(SDK_V3)
-    return python
 
 
 def printed_v3_config() -> dict:
