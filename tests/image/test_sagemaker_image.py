@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
-from sdkv3 import SDK_V3_JOB, sdk_v3_python
+from sdkv3 import SDK_V3_JOB, one_local_job, sdk_v3_python
 
 import sagemaker_job
 from efa_image.verification import multihost
@@ -378,7 +378,8 @@ def run_v3_job(image: str, workdir: Path, count: int, options: list[str] | None)
     argv = [str(sdk_v3_python()), str(SDK_V3_JOB), image, str(workdir)]
     argv += ["--instances", str(V3_INSTANCES), "--process-count-per-node", str(count)]
     argv += ["--mpi-additional-options", json.dumps(options)] if options else []
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    with one_local_job():
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     output = proc.stdout + proc.stderr
     ranks = sorted({(int(r), int(n), h) for r, n, h in SDK_V3_RANK.findall(output)})
     return {"rc": proc.returncode, "output": output, "ranks": ranks}

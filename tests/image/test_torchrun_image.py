@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
-from sdkv3 import SDK_V3_JOB, sdk_v3_python
+from sdkv3 import SDK_V3_JOB, one_local_job, sdk_v3_python
 
 FLAVOR = "sagemaker-torchrun-reduced"
 BASE = "efa-image/base:debian12"
@@ -114,9 +114,10 @@ def test_sdk_v3_modeltrainer_torchrun_runs_ranks_on_both_instances(built, tmp_pa
     local_cpu instances: 4 ranks, 2 on algo-1 and 2 on algo-2, one gloo all-reduce."""
     argv = [str(sdk_v3_python()), str(SDK_V3_JOB), built["image"], str(tmp_path), "--torchrun"]
     argv += ["--instances", str(INSTANCES), "--process-count-per-node", str(PER_NODE)]
-    started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    seconds = time.monotonic() - started
+    with one_local_job():
+        started = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        seconds = time.monotonic() - started
     output = proc.stdout + proc.stderr
     ranks = sorted({m.groups() for m in RANK_LINE.finditer(output)})
     print(f"--- SDK v3 ModelTrainer + Torchrun, local mode, {INSTANCES} instances: {seconds:.0f} s")
