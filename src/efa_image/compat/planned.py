@@ -52,8 +52,8 @@ def compat_facts(
     if "nccl" in roles:
         # The wheel method's entry: nccl_wheel, or the one the flavour chose
         # (nccl_wheel_artifact: nccl_wheel_cu13); the catalog left out the others.
-        wheel = next(
-            (a for a in needed if a.role == "nccl" and a.kind == "wheel" and not a.wheelset), None
+        wheel = artifacts.get("nccl_wheel") or next(
+            (a for a in needed if a.role == "nccl" and a.filename.endswith(".whl")), None
         )
         source = artifacts.get("nccl") or wheel
         if source:
