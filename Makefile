@@ -33,7 +33,8 @@ SECOND_BASE := efa-image/base:debian12
 # and PyPI with the pins of the Debian-sources overlay (the portable profile's).
 MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
-CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch sagemaker_training
+CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch sagemaker_training \
+    pytorch_cu13 nccl_wheel_cu13
 
 .PHONY: setup image bench test test-steps lint ruff ruff-format yamllint ansible-lint unit \
     packer-check inputs ci-mirror base-images molecule image-tests docs clean
@@ -81,24 +82,26 @@ SCENARIO_STEPS := $(addprefix molecule@,$(SCENARIOS))
 COVERED_BY_FLAVOUR_SCENARIOS := molecule@efa/default molecule@openmpi/default
 # The image tests in groups that run as one pytest session each; the groups'
 # tests share built images, and the base they build on (IMAGE_TEST_BASE).
-IMAGE_TEST_GROUPS := build push sagemaker hosts distro
+IMAGE_TEST_GROUPS := build push sagemaker torchrun hosts distro
 IMAGE_TEST_STEPS := $(addprefix image-tests@,$(IMAGE_TEST_GROUPS))
 .PHONY: $(SCENARIO_STEPS) $(IMAGE_TEST_STEPS)
 IMAGE_TESTS_build := tests/image/test_image_build.py
 IMAGE_TESTS_push := tests/image/test_registry_push.py
 IMAGE_TESTS_sagemaker := tests/image/test_sagemaker_image.py
+IMAGE_TESTS_torchrun := tests/image/test_torchrun_image.py
 IMAGE_TESTS_hosts := tests/image/test_hosts.py
 IMAGE_TESTS_distro := tests/image/test_distro_profile.py tests/image/test_packer_direct.py \
     tests/image/test_interrupted_build.py
 IMAGE_TEST_BASE_build := $(SECOND_BASE)
 IMAGE_TEST_BASE_push := $(SECOND_BASE)
 IMAGE_TEST_BASE_sagemaker := $(SECOND_BASE)
+IMAGE_TEST_BASE_torchrun := $(SECOND_BASE)
 
 # Each component is compiled once per run: image-tests@build's first build, the
 # efa-reduced image on Debian 12, compiles libfabric and Open MPI into the build
 # cache, and the steps that build them on Debian 12 come after it and take them
 # from there; sagemaker_training compiles the sdists (mpi4py against that Open
-# MPI) before the SageMaker image takes their wheels from the cache.
+# MPI) before the SageMaker images take their wheels from the cache.
 # While that build runs, the other core takes EARLY_STEPS, about as long as the
 # build; every other step waits for it too. Make queues the steps that can start
 # in the order of TEST_STEPS, so when the build ends the longest chain starts
@@ -112,12 +115,12 @@ LATE_STEPS := $(filter-out image-tests@build $(EARLY_STEPS) $(COVERED_BY_FLAVOUR
 # (`make molecule@efa-reduced`) starts at once and compiles what it needs.
 ifeq ($(TEST_ORDER),1)
 $(LATE_STEPS): image-tests@build
-image-tests@sagemaker: molecule@sagemaker_training/default
+image-tests@sagemaker image-tests@torchrun: molecule@sagemaker_training/default
 endif
 TEST_STEPS := image-tests@build $(EARLY_STEPS) \
-    molecule@sagemaker_training/default image-tests@sagemaker image-tests@hosts \
-    $(addprefix molecule@,sagemaker-reduced efa-reduced pytorch/default metis/default \
-        rmm/default nccl/default mpi_ssh/default) \
+    molecule@sagemaker_training/default image-tests@sagemaker image-tests@torchrun \
+    image-tests@hosts $(addprefix molecule@,sagemaker-reduced sagemaker-torchrun-reduced \
+        efa-reduced pytorch/default metis/default rmm/default nccl/default mpi_ssh/default) \
     $(LATE_STEPS)
 test-steps: $(TEST_STEPS)
 
