@@ -53,7 +53,7 @@ def write_index(root: Path, artifacts: list[Artifact]) -> None:
     index_path = root / "index.json"
     entries = {}
     if index_path.is_file():
-        entries = {(e["name"], e["version"]): e for e in json.loads(index_path.read_text())}
+        entries = {e["path"]: e for e in json.loads(index_path.read_text())}
     for artifact in artifacts:
         entry = {
             "name": artifact.name,
@@ -67,8 +67,10 @@ def write_index(root: Path, artifacts: list[Artifact]) -> None:
         }
         if artifact.sha512:
             entry["sha512"] = artifact.sha512
-        entries[(artifact.name, artifact.version)] = entry
-    ordered = [entries[key] for key in sorted(entries)]
+        # By path: one entry's variants (nccl_wheel's cu12 and, from a profile's
+        # overlay, cu13 wheel of one version) lie side by side in one mirror.
+        entries[artifact.mirror_path()] = entry
+    ordered = sorted(entries.values(), key=lambda e: (e["name"], e["version"], e["path"]))
     index_path.write_text(json.dumps(ordered, indent=2) + "\n")
     sums = "".join(f"{entry['sha256']}  {entry['path']}\n" for entry in ordered)
     (root / "SHA256SUMS").write_text(sums)
