@@ -20,7 +20,9 @@ def base_probed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from efa_image.building import base, basecontents, distro, images
 
     ensured: list[str] = []
-    monkeypatch.setattr(base, "ensure_ref", lambda ref: ensured.append(ref) or f"{ref}: present")
+    monkeypatch.setattr(
+        base, "ensure_ref", lambda ref, store=None: ensured.append(ref) or f"{ref}: present"
+    )
     monkeypatch.setattr(images, "image_id", lambda ref: "sha256:" + "b" * 64)
     monkeypatch.setattr(images, "remove_stale_build_containers", lambda: [])
     monkeypatch.setattr(

@@ -114,3 +114,101 @@ def test_cli_help_explains_the_workflow(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "workflow:" in out and "efa-image base" in out and "make image" in out
+
+
+def _wheel(path, members):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, (data, mode) in members.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = mode << 16
+            wheel.writestr(info, data)
+    return path
+
+
+def test_unpack_places_the_wheels_tree_under_the_prefix_with_modes_links_and_ld_conf(tmp_path):
+    import tarfile
+
+    unpack = base.Unpack(
+        artifacts=("set",),
+        prefix="/usr/local/cuda",
+        member_root="nvidia/cu13/",
+        links=(("lib64", "lib"), ("lib/libcudart.so", "libcudart.so.13")),
+        ld_conf=("lib",),
+    )
+    nvcc = _wheel(
+        tmp_path / "nvcc.whl",
+        {
+            "nvidia/cu13/bin/nvcc": (b"ELF", 0o755),
+            "nvidia_cuda_nvcc-13.2.86.dist-info/RECORD": (b"", 0o644),
+        },
+    )
+    runtime = _wheel(tmp_path / "rt.whl", {"nvidia/cu13/lib/libcudart.so.13": (b"so", 0o644)})
+    out = tmp_path / "out.tar"
+    assert base.unpack_tar([nvcc, runtime], unpack, out) == 2
+    with tarfile.open(out) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert set(members) == {
+            "usr/local/cuda/bin/nvcc",
+            "usr/local/cuda/lib/libcudart.so.13",
+            "usr/local/cuda/lib64",
+            "usr/local/cuda/lib/libcudart.so",
+            "etc/ld.so.conf.d/cuda.conf",
+        }
+        assert members["usr/local/cuda/bin/nvcc"].mode == 0o755
+        assert members["usr/local/cuda/lib64"].linkname == "lib"
+        assert members["usr/local/cuda/lib/libcudart.so"].linkname == "libcudart.so.13"
+        conf = tar.extractfile("etc/ld.so.conf.d/cuda.conf").read()
+        assert conf == b"/usr/local/cuda/lib\n"
+
+
+def test_unpack_refuses_members_that_leave_the_prefix(tmp_path):
+    from efa_image.errors import EfaImageError
+
+    unpack = base.Unpack(artifacts=("set",), prefix="/opt/x", member_root="nvidia/")
+    evil = _wheel(tmp_path / "evil.whl", {"nvidia/../../etc/passwd": (b"x", 0o644)})
+    with pytest.raises(EfaImageError, match="leaves the prefix"):
+        base.unpack_tar([evil], unpack, tmp_path / "out.tar")
+
+
+def test_cuda13_recipe_unpacks_the_locked_wheels_and_fingerprints_their_digests(monkeypatch):
+    from efa_image.artifacts import lock
+
+    recipe = base.RECIPES["debian13-cuda13"]
+    assert recipe.parent == "debian13" and recipe.unpack.prefix == "/usr/local/cuda"
+    assert "CUDA_HOME=/usr/local/cuda" in recipe.env
+    files = base.unpack_artifacts(recipe.unpack)
+    assert {a.wheelset for a in files} == {"cuda13_toolkit"}
+    projects = {a.name.split("/")[1] for a in files}
+    assert projects == {
+        "nvidia-cuda-nvcc",
+        "nvidia-cuda-crt",
+        "nvidia-nvvm",
+        "nvidia-cuda-runtime",
+        "nvidia-cuda-cccl",
+        "nvidia-nvml-dev",
+    }
+    assert all(a.pinned and a.version.startswith("13.") for a in files)
+    before = recipe.fingerprint()
+    real_load = lock.load
+
+    def repinned(path=None, overlays=()):
+        loaded = real_load(path, overlays)
+        name = "cuda13_toolkit/nvidia-cuda-nvcc"
+        loaded.artifacts[name] = loaded.artifacts[name].with_digest("0" * 64)
+        return loaded
+
+    monkeypatch.setattr(lock, "load", repinned)
+    assert recipe.fingerprint() != before
+
+
+def test_derived_script_probes_with_the_recipes_environment():
+    script = base.derived_script(base.RECIPES["debian13-cuda13"])
+    assert "apt-get" not in script and "ldconfig" in script
+    # The ENV holds only once committed: the probe gets it on its command line.
+    assert "; env CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:" in script
+    assert script.endswith(" nvcc --version")
+    assert "apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit" in (
+        base.derived_script(base.RECIPES["debian13-cuda"])
+    )

@@ -298,7 +298,7 @@ def options(root, skip=()):
 def no_docker(monkeypatch):
     from efa_image.building import base
 
-    monkeypatch.setattr(base, "ensure_ref", lambda ref: f"{ref}: present")
+    monkeypatch.setattr(base, "ensure_ref", lambda ref, store=None: f"{ref}: present")
     monkeypatch.setattr(bench, "image_size", lambda ref: BASE)
 
 

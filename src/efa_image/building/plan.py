@@ -100,7 +100,7 @@ def resolve(request: BuildRequest, context: Context, timer: StepTimer) -> Plan:
             flush=True,
         )
     with timer.step("base image"):
-        print(base.ensure_ref(request.base_image), flush=True)
+        print(base.ensure_ref(request.base_image, context.store), flush=True)
         image_id = images.image_id(request.base_image)
         # Even an unchanged build cleans up after interrupted ones.
         images.remove_stale_build_containers()
