@@ -280,3 +280,24 @@ def test_mirror_of_a_sha512_pinned_file_indexes_both_digests(server, tmp_path):
     offline = make512("https://unreachable.invalid/p", name="aws_ofi_nccl", filename="p.tar.gz")
     from_dir = artifact_store.Store(cache_dir=tmp_path / "cache2", mirror=str(root))
     assert from_dir.get(offline).read_bytes() == CONTENT
+
+
+def test_mirror_keeps_both_variants_of_one_entry_and_version(server, tmp_path):
+    """A profile's overlay (cuda13: nvidia-nccl-cu13) and the lock (cu12) name one
+    entry at one version with two files: the mirror indexes both."""
+    import json
+
+    cu12, cu13 = b"cu12 wheel", b"cu13 wheel"
+    root = tmp_path / "mirror"
+    store = artifact_store.Store(cache_dir=tmp_path / "cache")
+    fields = {"name": "nccl_wheel", "version": "2.30.7", "role": "nccl"}
+    first = make(server.add("cu12", cu12), cu12, filename="nvidia_nccl_cu12.whl", **fields)
+    second = make(server.add("cu13", cu13), cu13, filename="nvidia_nccl_cu13.whl", **fields)
+    mirror.create(store, [first], root)
+    mirror.create(store, [second], root)
+    index = json.loads((root / "index.json").read_text())
+    assert [entry["filename"] for entry in index] == [
+        "nvidia_nccl_cu12.whl",
+        "nvidia_nccl_cu13.whl",
+    ]
+    assert len((root / "SHA256SUMS").read_text().splitlines()) == 2
