@@ -30,10 +30,10 @@ variable "flavor" {
 variable "profile" {
   type        = string
   default     = "aws"
-  description = "Method profile: aws (EFA installer), upstream (source builds of the newest releases) portable (upstream archives from Debian's source pool) or distro (the distribution's libfabric and Open MPI packages)."
+  description = "Method profile: aws (EFA installer), upstream (source builds of the newest releases) portable (upstream archives from Debian's source pool), portable-cuda13 (portable with NCCL's CUDA 13 wheel, for a CUDA 13 base) or distro (the distribution's libfabric and Open MPI packages)."
   validation {
-    condition     = contains(["aws", "upstream", "portable", "distro"], var.profile)
-    error_message = "The profile must be aws, upstream, portable or distro."
+    condition     = contains(["aws", "upstream", "portable", "portable-cuda13", "distro"], var.profile)
+    error_message = "The profile must be aws, upstream, portable, portable-cuda13 or distro."
   }
 }
 

@@ -214,3 +214,13 @@ def test_malformed_rules(tmp_path, text, match):
     with pytest.raises(rules.RuleError, match=match):
         rules.load_rules(write(tmp_path, text))
     assert issubclass(rules.RuleError, EfaImageError)
+
+
+def test_nccls_cuda_13_wheel_is_refused_on_a_cuda_12_base_and_taken_on_a_cuda_13_one():
+    from efa_image.compat import rules
+
+    wheel = "nvidia_nccl_cu13-2.30.7-py3-none-manylinux_2_18_x86_64.whl"
+    facts = {"nccl": "2.30.7", "nccl_cuda_major": rules.nccl_cuda_major(wheel)}
+    on_12 = rules.check({**facts, "base_cuda_major": "12"})
+    assert [v.rule for v in on_12.violations] == ["nccl-cuda-major-matches-base"]
+    assert rules.check({**facts, "base_cuda_major": "13"}).ok

@@ -104,7 +104,19 @@ def test_every_locked_role_and_method_is_known(root):
     # smdistributed_modelparallel (smdistributed_modelparallel; no v1 build fits the
     # lock's PyTorch).
     opt_in = {"openmpi4", "smdistributed_modelparallel"}
+    from efa_image.building import base
+
+    base_recipe_entries = {
+        name
+        for recipe in base.RECIPES.values()
+        if recipe.unpack
+        for name in recipe.unpack.artifacts
+    }
     for artifact in loaded.artifacts.values():
+        if artifact.role == "base":
+            # Unpacked by a base image recipe, not installed by a role.
+            assert artifact.wheelset in base_recipe_entries or artifact.name in base_recipe_entries
+            continue
         assert artifact.role in roles, artifact.name
         for method in artifact.methods:
             # A method no profile chooses is still one the role has (rmm's source build).
@@ -168,9 +180,9 @@ def test_portable_profile_builds_from_debian_sources(root):
     from efa_image.building import flavors
 
     catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
-    overlay = catalog.overlay("portable")
+    (overlay,) = catalog.overlay("portable")
     assert overlay == root / "playbooks/lock-overlays/debian-sources.yml"
-    assert catalog.overlay("aws") is None and catalog.overlay("upstream") is None
+    assert catalog.overlay("aws") == () and catalog.overlay("upstream") == ()
     loaded = lock.load(root / "playbooks/group_vars/all/versions.yml", [overlay])
     # Everything of the reduced flavour comes from Debian's pool and PyPI.
     for artifact in catalog.needed(loaded, "efa-reduced", "portable"):
@@ -193,3 +205,29 @@ def test_role_lock_applies_the_profiles_overlay_then_the_environments(tmp_path, 
     later.write_text("efa_image_artifacts_overlay:\n  libfabric:\n    version: '9.9.9'\n")
     monkeypatch.setenv("EFA_IMAGE_LOCK_OVERLAY", str(later))
     assert context.role_lock("portable").get("libfabric").version == "9.9.9"
+
+
+def test_portable_cuda13_profile_takes_debian_sources_then_nccls_cu13_wheel(root):
+    from efa_image.artifacts import context
+    from efa_image.building import flavors
+    from efa_image.compat import rules
+
+    catalog = flavors.load_catalog(root / "playbooks/group_vars/all/flavors.yml")
+    overlays = catalog.overlay("portable-cuda13")
+    assert overlays == (
+        root / "playbooks/lock-overlays/debian-sources.yml",
+        root / "playbooks/lock-overlays/cuda13.yml",
+    )
+    assert catalog.methods("portable-cuda13") == catalog.methods("portable")
+    # The profile's overlays come first and are not applied twice.
+    user = root / "user.yml"
+    assert context.with_profile_overlay(catalog, "portable-cuda13", [overlays[1], user]) == [
+        overlays[0],
+        overlays[1],
+        user,
+    ]
+    loaded = lock.load(root / "playbooks/group_vars/all/versions.yml", list(overlays))
+    wheel = loaded.get("nccl_wheel")
+    assert wheel.filename.startswith("nvidia_nccl_cu13-") and wheel.pinned
+    assert rules.nccl_cuda_major(wheel.filename) == "13"
+    assert loaded.get("libfabric").urls[0].startswith("http://deb.debian.org/debian/pool/")

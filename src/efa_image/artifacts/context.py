@@ -62,9 +62,9 @@ class Context:
 
 
 def with_profile_overlay(catalog: Catalog, profile: str, overlays: Sequence[Path]) -> list[Path]:
-    """The profile's lock overlay (if any, and not given already) before `overlays`."""
-    own = catalog.overlay(profile)
-    return [own, *overlays] if own and own not in overlays else list(overlays)
+    """The profile's lock overlays (those not given already) before `overlays`."""
+    own = [path for path in catalog.overlay(profile) if path not in overlays]
+    return [*own, *overlays]
 
 
 def load(

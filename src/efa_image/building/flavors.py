@@ -21,7 +21,8 @@ class Catalog:
     profiles: dict[str, dict[str, str]]
     default_flavor: str
     default_profile: str
-    overlays: dict[str, Path] = field(default_factory=dict)
+    # A profile's lock overlays, applied in order (flavors.yml: one path or a list).
+    overlays: dict[str, tuple[Path, ...]] = field(default_factory=dict)
     base_images: dict[str, str] = field(default_factory=dict)
     descriptions: dict[str, str] = field(default_factory=dict)
     # Flavours the lock already serves but no playbook builds yet (sagemaker).
@@ -56,10 +57,10 @@ class Catalog:
             raise EfaImageError(f"unknown profile {profile!r}; known: {', '.join(self.profiles)}")
         return self.profiles[profile]
 
-    def overlay(self, profile: str) -> Path | None:
-        """The lock overlay the profile builds with, if any."""
+    def overlay(self, profile: str) -> tuple[Path, ...]:
+        """The lock overlays the profile builds with, in order (none: empty)."""
         self.methods(profile)
-        return self.overlays.get(profile)
+        return self.overlays.get(profile, ())
 
     def unchosen(self, flavor: str) -> set[str]:
         """Lock entries (or wheel sets) that a role variable could name but does not in
@@ -128,7 +129,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
         artifacts=artifacts,
         defaults=role_defaults(playbooks.parent / "roles", artifacts),
         overlays={
-            name: playbooks / spec["lock_overlay"]
+            name: tuple(playbooks / p for p in _as_list(spec["lock_overlay"]))
             for name, spec in profiles.items()
             if spec.get("lock_overlay")
         },
@@ -143,3 +144,7 @@ def role_defaults(roles: Path, artifacts: dict[str, dict[str, str]]) -> dict[str
         values = yaml.safe_load(defaults.read_text()) or {}
         found.update({k: str(v) for k, v in values.items() if k in wanted})
     return found
+
+
+def _as_list(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
