@@ -230,7 +230,7 @@ def test_each_profile_is_judged_with_its_own_lock_overlay(server, tmp_path):
         profiles={"upstream": {"efa": "source"}, "portable": {"efa": "source"}},
         default_flavor="efa",
         default_profile="upstream",
-        overlays={"portable": overlay},
+        overlays={"portable": (overlay,)},
     )
     store = artifact_store.Store(cache_dir=tmp_path / "cache", timeout=2)
     ctx = context.load(lock_file, [], "", store, only_efa)

@@ -26,9 +26,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from efa_image.artifacts import lock
 from efa_image.artifacts.artifact_store import Store
-from efa_image.artifacts.lock import Artifact
+from efa_image.artifacts.lock_model import Artifact
 from efa_image.errors import EfaImageError
 from efa_image.filelock import exclusive
 from efa_image.paths import default_cache_dir
@@ -151,6 +150,10 @@ class Recipe:
 def unpack_artifacts(unpack: Unpack) -> list[Artifact]:
     """The lock's files an Unpack names (a wheel set's name: all of its files), as the
     build's lock has them (EFA_IMAGE_LOCK_OVERLAY applies)."""
+    # Here, not at the top: `efa-image setup` imports this module before the
+    # virtualenv (and the lock's YAML parser) exists.
+    from efa_image.artifacts import lock
+
     return lock.load(None, lock.env_overlays()).select(unpack.artifacts)
 
 
