@@ -34,7 +34,7 @@ SECOND_BASE := efa-image/base:debian12
 MIRROR ?= $(CURDIR)/.cache/ci-mirror
 CI_LOCK_OVERLAY := $(CURDIR)/playbooks/lock-overlays/debian-sources.yml
 CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rapids_logger_wheel cmake_wheel pytorch sagemaker_training \
-    pytorch_cu13 nccl_wheel_cu13
+    pytorch_cu13 nccl_wheel_cu13 cuda13_toolkit
 
 .PHONY: setup image bench test test-steps lint ruff ruff-format yamllint ansible-lint unit \
     packer-check inputs ci-mirror base-images molecule image-tests docs clean
@@ -82,13 +82,16 @@ SCENARIO_STEPS := $(addprefix molecule@,$(SCENARIOS))
 COVERED_BY_FLAVOUR_SCENARIOS := molecule@efa/default molecule@openmpi/default
 # The image tests in groups that run as one pytest session each; the groups'
 # tests share built images, and the base they build on (IMAGE_TEST_BASE).
-IMAGE_TEST_GROUPS := build push sagemaker torchrun hosts distro
+IMAGE_TEST_GROUPS := build push sagemaker torchrun hosts distro cuda13
 IMAGE_TEST_STEPS := $(addprefix image-tests@,$(IMAGE_TEST_GROUPS))
 .PHONY: $(SCENARIO_STEPS) $(IMAGE_TEST_STEPS)
 IMAGE_TESTS_build := tests/image/test_image_build.py
 IMAGE_TESTS_push := tests/image/test_registry_push.py
 IMAGE_TESTS_sagemaker := tests/image/test_sagemaker_image.py
 IMAGE_TESTS_torchrun := tests/image/test_torchrun_image.py
+# On the CUDA 13 base (profile portable-cuda13): nothing it compiles is shared
+# with the Debian 12 builds (another base, libfabric with CUDA).
+IMAGE_TESTS_cuda13 := tests/image/test_cuda13.py
 IMAGE_TESTS_hosts := tests/image/test_hosts.py
 IMAGE_TESTS_distro := tests/image/test_distro_profile.py tests/image/test_packer_direct.py \
     tests/image/test_interrupted_build.py
@@ -119,7 +122,7 @@ image-tests@sagemaker image-tests@torchrun: molecule@sagemaker_training/default
 endif
 TEST_STEPS := image-tests@build $(EARLY_STEPS) \
     molecule@sagemaker_training/default image-tests@sagemaker image-tests@torchrun \
-    image-tests@hosts $(addprefix molecule@,sagemaker-reduced sagemaker-torchrun-reduced \
+    image-tests@cuda13 image-tests@hosts $(addprefix molecule@,sagemaker-reduced sagemaker-torchrun-reduced \
         efa-reduced pytorch/default metis/default rmm/default nccl/default mpi_ssh/default) \
     $(LATE_STEPS)
 test-steps: $(TEST_STEPS)
@@ -148,9 +151,12 @@ packer-check:
 
 inputs: ci-mirror base-images
 
+# Then the profile portable-cuda13's NCCL (its overlay's nccl_wheel) beside it.
 ci-mirror:
 	@$(TIMED) env EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY) \
 	    $(BIN)/efa-image mirror create $(MIRROR) $(addprefix --name ,$(CI_MIRROR_ARTIFACTS))
+	@$(TIMED) env EFA_IMAGE_LOCK_OVERLAY=$(CI_LOCK_OVERLAY):$(CURDIR)/playbooks/lock-overlays/cuda13.yml \
+	    $(BIN)/efa-image mirror create $(MIRROR) --name nccl_wheel
 
 base-images:
 	@$(TIMED) $(BIN)/efa-image base --image $(EFA_IMAGE_BASE) --image $(SECOND_BASE)
