@@ -38,6 +38,13 @@ def docker(*argv: str) -> str:
     return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True).stdout
 
 
+def in_image(image: str, script: str) -> subprocess.CompletedProcess[str]:
+    """`sh -c SCRIPT` in a throw-away container of IMAGE."""
+    return subprocess.run(
+        ["docker", "run", "--rm", image, "sh", "-c", script], capture_output=True, text=True
+    )
+
+
 def build_containers(pid: int) -> list[str]:
     """The build containers of the efa-image process `pid` (packer labels them)."""
     return docker("ps", "-aq", "--filter", f"label={OWNER_LABEL}=pid:{pid}").split()

@@ -17,16 +17,10 @@ import json
 import subprocess
 
 import pytest
-from imagebuild import REPOSITORY, build_and_report
+from imagebuild import REPOSITORY, build_and_report, in_image
 
 BASE = "efa-image/base:debian13-cuda13"
 PROFILE = "portable-cuda13"
-
-
-def in_image(image: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["docker", "run", "--rm", image, "sh", "-c", script], capture_output=True, text=True
-    )
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,7 @@ import json
 import subprocess
 
 import pytest
-from imagebuild import REPOSITORY, build_and_report
-
-
-def in_image(image: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["docker", "run", "--rm", image, "sh", "-c", script], capture_output=True, text=True
-    )
+from imagebuild import REPOSITORY, build_and_report, in_image
 
 
 @pytest.fixture(scope="module")

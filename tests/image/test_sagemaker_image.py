@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from imagebuild import PROFILE, REPOSITORY, build_and_report, docker
+from imagebuild import PROFILE, REPOSITORY, build_and_report, docker, in_image
 from sdkv3 import SDK_V3_JOB, one_local_job, sdk_v3_python
 
 import sagemaker_job
@@ -71,12 +71,6 @@ def built(tmp_path_factory, extended) -> dict:
     """sagemaker-reduced on that image, named by its tag (what the manifest records)."""
     report = tmp_path_factory.mktemp("sagemaker") / "report.json"
     return build_and_report(report, flavor=FLAVOR, base=extended["tags"][0])
-
-
-def run(image: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["docker", "run", "--rm", image, "sh", "-c", script], capture_output=True, text=True
-    )
 
 
 def test_the_build_verified_the_sagemaker_libraries(built):
@@ -138,7 +132,7 @@ def test_pytorch_loads_the_images_one_nccl(built):
         ' print("\\n".join(sorted({l.split()[-1] for l in open("/proc/self/maps")'
         ' if "libnccl" in l})))\''
     )
-    proc = run(built["image"], script)
+    proc = in_image(built["image"], script)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     loaded = proc.stdout.split()
     assert len(loaded) == 1 and loaded[0].startswith("/opt/nccl/"), loaded
@@ -150,7 +144,7 @@ def test_metis_partitions_and_rmm_resolves_in_the_image(built):
         " && ! ldd $(ldconfig -p | awk '/librmm.so /{print $NF; exit}') | grep 'not found'"
         f" && {PYTHON} -c 'import torch, ctypes; ctypes.CDLL(\"libmetis.so\")'"
     )
-    proc = run(built["image"], script)
+    proc = in_image(built["image"], script)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -159,7 +153,7 @@ def test_image_holds_no_toolchain_or_pip_cache(built):
         "! command -v gcc && ! command -v make && test ! -e /var/tmp/efa-image-build"
         " && test ! -e /root/.cache/pip"
     )
-    proc = run(built["image"], script)
+    proc = in_image(built["image"], script)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -180,7 +174,7 @@ def test_the_training_toolkit_contract_is_in_the_image(built):
         " python -c 'import sagemaker_training, gethostname, mpi4py, paramiko;"
         " from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])'"
     )
-    proc = run(built["image"], script)
+    proc = in_image(built["image"], script)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "/opt/efa-image/venv/bin/train", lines
