@@ -11,7 +11,6 @@ scenario package_refused (before any change, in a container of that base).
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from imagebuild import REPOSITORY, build_and_report, in_image
