@@ -4,42 +4,42 @@ import json
 import pytest
 
 from efa_image import cli
-from efa_image.building import base
+from efa_image.building import base, base_recipes
 
 
 def test_recipes_cover_debian_12_13_and_cuda():
-    assert {"debian12", "debian13", "debian13-cuda"} <= set(base.RECIPES)
-    assert base.RECIPES["debian13-cuda"].parent == "debian13"
-    for recipe in base.RECIPES.values():
+    assert {"debian12", "debian13", "debian13-cuda"} <= set(base_recipes.RECIPES)
+    assert base_recipes.RECIPES["debian13-cuda"].parent == "debian13"
+    for recipe in base_recipes.RECIPES.values():
         if not recipe.parent:
             assert {"python3", "python3-apt", "ca-certificates"} <= set(recipe.packages)
 
 
 def test_sources_include_contrib_non_free_and_security():
-    sources = base.RECIPES["debian13"].sources()
+    sources = base_recipes.RECIPES["debian13"].sources()
     assert sources.count("Components: main contrib non-free non-free-firmware") == 2
     assert "Suites: trixie trixie-updates" in sources
     assert "Suites: trixie-security" in sources
 
 
 def test_fingerprint_changes_with_content_and_parent(monkeypatch):
-    recipe = base.RECIPES["debian13"]
-    assert recipe.fingerprint() == base.RECIPES["debian13"].fingerprint()
+    recipe = base_recipes.RECIPES["debian13"]
+    assert recipe.fingerprint() == base_recipes.RECIPES["debian13"].fingerprint()
     changed = dataclasses.replace(recipe, packages=(*recipe.packages, "curl"))
     assert changed.fingerprint() != recipe.fingerprint()
-    cuda_before = base.RECIPES["debian13-cuda"].fingerprint()
-    monkeypatch.setitem(base.RECIPES, "debian13", changed)
-    assert base.RECIPES["debian13-cuda"].fingerprint() != cuda_before
+    cuda_before = base_recipes.RECIPES["debian13-cuda"].fingerprint()
+    monkeypatch.setitem(base_recipes.RECIPES, "debian13", changed)
+    assert base_recipes.RECIPES["debian13-cuda"].fingerprint() != cuda_before
 
 
 def test_fingerprint_ignores_the_mirror(monkeypatch):
-    before = base.RECIPES["debian12"].fingerprint()
-    monkeypatch.setattr(base, "DEBIAN_MIRROR", "http://mirror.example.internal/debian")
-    assert base.RECIPES["debian12"].fingerprint() == before
+    before = base_recipes.RECIPES["debian12"].fingerprint()
+    monkeypatch.setattr(base_recipes, "DEBIAN_MIRROR", "http://mirror.example.internal/debian")
+    assert base_recipes.RECIPES["debian12"].fingerprint() == before
 
 
 def test_labels_and_changes_describe_the_image():
-    recipe = base.RECIPES["debian13-cuda"]
+    recipe = base_recipes.RECIPES["debian13-cuda"]
     labels = base.labels_for(recipe, {"cuda.version": "12.4"})
     assert labels["org.efa-image.base.recipe"] == recipe.fingerprint()
     assert labels["org.efa-image.base.cuda.version"] == "12.4"
@@ -48,7 +48,7 @@ def test_labels_and_changes_describe_the_image():
     assert args[0::2] == ["--change"] * (len(args) // 2)
     assert "ENV CUDA_HOME=/usr/lib/nvidia-cuda-toolkit" in args
     assert f"LABEL org.efa-image.base.cuda.version={json.dumps('12.4')}" in args
-    assert 'CMD ["/bin/bash"]' in base.change_args(base.RECIPES["debian12"], {})
+    assert 'CMD ["/bin/bash"]' in base.change_args(base_recipes.RECIPES["debian12"], {})
 
 
 def test_prepare_rootfs_leaves_nothing_of_the_host(tmp_path):
@@ -72,7 +72,7 @@ def test_prepare_rootfs_leaves_nothing_of_the_host(tmp_path):
         "var/log/apt/history.log",
     ):
         (tmp_path / leftover).write_text("host")
-    base.prepare_rootfs(base.RECIPES["debian12"], tmp_path)
+    base.prepare_rootfs(base_recipes.RECIPES["debian12"], tmp_path)
     remaining = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()}
     assert remaining == {
         "etc/apt/sources.list.d/debian.sources",
@@ -89,14 +89,14 @@ def test_prepare_rootfs_leaves_nothing_of_the_host(tmp_path):
 
 
 def test_recipe_for_ref():
-    assert base.recipe_for(base.RECIPES["debian12"].ref) is base.RECIPES["debian12"]
+    assert base.recipe_for(base_recipes.RECIPES["debian12"].ref) is base_recipes.RECIPES["debian12"]
     assert base.recipe_for("nvidia/cuda:12.4.1-devel-ubuntu22.04") is None
 
 
 def test_missing_mmdebstrap_names_the_fix(monkeypatch):
     monkeypatch.setattr(base.shutil, "which", lambda name: None)
     with pytest.raises(base.EfaImageError, match=r"mmdebstrap is not installed.*make setup"):
-        base.build_bootstrapped(base.RECIPES["debian12"])
+        base.build_bootstrapped(base_recipes.RECIPES["debian12"])
 
 
 def test_cli_unknown_recipe_is_one_line(monkeypatch, capsys):
@@ -104,7 +104,8 @@ def test_cli_unknown_recipe_is_one_line(monkeypatch, capsys):
     assert cli.main(["base", "debian99"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "efa-image: error: unknown base image recipe 'debian99'; known: " + ", ".join(base.RECIPES)
+        "efa-image: error: unknown base image recipe 'debian99'; known: "
+        + ", ".join(base_recipes.RECIPES)
     ]
 
 
@@ -130,7 +131,7 @@ def _wheel(path, members):
 def test_unpack_places_the_wheels_tree_under_the_prefix_with_modes_links_and_ld_conf(tmp_path):
     import tarfile
 
-    unpack = base.Unpack(
+    unpack = base_recipes.Unpack(
         artifacts=("set",),
         prefix="/usr/local/cuda",
         member_root="nvidia/cu13/",
@@ -146,7 +147,7 @@ def test_unpack_places_the_wheels_tree_under_the_prefix_with_modes_links_and_ld_
     )
     runtime = _wheel(tmp_path / "rt.whl", {"nvidia/cu13/lib/libcudart.so.13": (b"so", 0o644)})
     out = tmp_path / "out.tar"
-    assert base.unpack_tar([nvcc, runtime], unpack, out) == 2
+    assert base_recipes.unpack_tar([nvcc, runtime], unpack, out) == 2
     with tarfile.open(out) as tar:
         members = {m.name: m for m in tar.getmembers()}
         assert set(members) == {
@@ -166,19 +167,19 @@ def test_unpack_places_the_wheels_tree_under_the_prefix_with_modes_links_and_ld_
 def test_unpack_refuses_members_that_leave_the_prefix(tmp_path):
     from efa_image.errors import EfaImageError
 
-    unpack = base.Unpack(artifacts=("set",), prefix="/opt/x", member_root="nvidia/")
+    unpack = base_recipes.Unpack(artifacts=("set",), prefix="/opt/x", member_root="nvidia/")
     evil = _wheel(tmp_path / "evil.whl", {"nvidia/../../etc/passwd": (b"x", 0o644)})
     with pytest.raises(EfaImageError, match="leaves the prefix"):
-        base.unpack_tar([evil], unpack, tmp_path / "out.tar")
+        base_recipes.unpack_tar([evil], unpack, tmp_path / "out.tar")
 
 
 def test_cuda13_recipe_unpacks_the_locked_wheels_and_fingerprints_their_digests(monkeypatch):
     from efa_image.artifacts import lock
 
-    recipe = base.RECIPES["debian13-cuda13"]
+    recipe = base_recipes.RECIPES["debian13-cuda13"]
     assert recipe.parent == "debian13" and recipe.unpack.prefix == "/usr/local/cuda"
     assert "CUDA_HOME=/usr/local/cuda" in recipe.env
-    files = base.unpack_artifacts(recipe.unpack)
+    files = base_recipes.unpack_artifacts(recipe.unpack)
     assert {a.wheelset for a in files} == {"cuda13_toolkit"}
     projects = {a.name.split("/")[1] for a in files}
     assert projects == {
@@ -204,11 +205,11 @@ def test_cuda13_recipe_unpacks_the_locked_wheels_and_fingerprints_their_digests(
 
 
 def test_derived_script_probes_with_the_recipes_environment():
-    script = base.derived_script(base.RECIPES["debian13-cuda13"])
+    script = base.derived_script(base_recipes.RECIPES["debian13-cuda13"])
     assert "apt-get" not in script and "ldconfig" in script
     # The ENV holds only once committed: the probe gets it on its command line.
     assert "; env CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:" in script
     assert script.endswith(" nvcc --version")
     assert "apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit" in (
-        base.derived_script(base.RECIPES["debian13-cuda"])
+        base.derived_script(base_recipes.RECIPES["debian13-cuda"])
     )

@@ -104,11 +104,11 @@ def test_every_locked_role_and_method_is_known(root):
     # smdistributed_modelparallel (smdistributed_modelparallel; no v1 build fits the
     # lock's PyTorch).
     opt_in = {"openmpi4", "smdistributed_modelparallel"}
-    from efa_image.building import base
+    from efa_image.building import base_recipes
 
     base_recipe_entries = {
         name
-        for recipe in base.RECIPES.values()
+        for recipe in base_recipes.RECIPES.values()
         if recipe.unpack
         for name in recipe.unpack.artifacts
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from efa_image.building import base
+from efa_image.building import base, base_recipes
 from efa_image.errors import EfaImageError
 from efa_image.setup import toolchain
 from efa_image.setup.engine import ensure_docker
@@ -17,7 +17,7 @@ def cmd_setup(_args: argparse.Namespace) -> None:
 
 def cmd_base(args: argparse.Namespace) -> None:
     if args.list:
-        for recipe in base.RECIPES.values():
+        for recipe in base_recipes.RECIPES.values():
             state = "present" if base.is_current(recipe) else "missing or outdated"
             print(f"{recipe.ref:32} {state:20} {recipe.description}")
         return
@@ -31,10 +31,10 @@ def cmd_base(args: argparse.Namespace) -> None:
         for ref in args.image:
             with timer.step(ref):
                 print(base.ensure_ref(ref), flush=True)
-    names = args.names or ([] if args.image else list(base.DEFAULT_RECIPES))
+    names = args.names or ([] if args.image else list(base_recipes.DEFAULT_RECIPES))
     for name in names:
-        if name not in base.RECIPES:
-            known = ", ".join(base.RECIPES)
+        if name not in base_recipes.RECIPES:
+            known = ", ".join(base_recipes.RECIPES)
             raise EfaImageError(f"unknown base image recipe {name!r}; known: {known}")
     for name in names:
         with timer.step(name):
@@ -51,13 +51,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="make base images locally when they are not present",
         description="Build the named base images with mmdebstrap + docker import, reusing "
         "those whose recipe is unchanged. Recipes: "
-        + "; ".join(f"{r.name}: {r.description}" for r in base.RECIPES.values()),
+        + "; ".join(f"{r.name}: {r.description}" for r in base_recipes.RECIPES.values()),
     )
     base_cmd.add_argument(
         "names",
         nargs="*",
         metavar="NAME",
-        help=f"recipes to build (default: {' '.join(base.DEFAULT_RECIPES)})",
+        help=f"recipes to build (default: {' '.join(base_recipes.DEFAULT_RECIPES)})",
     )
     base_cmd.add_argument("--rebuild", action="store_true", help="rebuild even when current")
     base_cmd.add_argument(
