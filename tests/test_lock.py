@@ -1,3 +1,4 @@
+import re
 import textwrap
 
 import pytest
@@ -231,3 +232,24 @@ def test_portable_cuda13_profile_takes_debian_sources_then_nccls_cu13_wheel(root
     assert wheel.filename.startswith("nvidia_nccl_cu13-") and wheel.pinned
     assert rules.nccl_cuda_major(wheel.filename) == "13"
     assert loaded.get("libfabric").urls[0].startswith("http://deb.debian.org/debian/pool/")
+
+
+def test_the_readmes_pin_table_is_the_locks(root):
+    """README.md's table of the main pins names each entry's (or wheel set's) version."""
+    loaded = lock.load(root / "playbooks/group_vars/all/versions.yml")
+    rows = re.findall(
+        r"^\| [^|]+ \| (`[^|]+`) \| ([^|]+) \|", (root / "README.md").read_text(), re.M
+    )
+    assert len(rows) >= 10
+    for entries, versions in rows:
+        names = re.findall(r"`(\w+)`", entries)
+        wanted = [v.strip() for v in versions.split(",")]
+        if len(wanted) == 1:
+            wanted *= len(names)
+        for name, version in zip(names, wanted, strict=True):
+            files = [a for a in loaded.artifacts.values() if name in (a.name, a.wheelset)]
+            assert files, name
+            # A wheel set's version is its main project's (torch, nvcc).
+            main = ("/torch", "/nvidia-cuda-nvcc")
+            pinned = {a.version for a in files if not a.wheelset or a.name.endswith(main)}
+            assert version in pinned, (name, version, pinned)
