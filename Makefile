@@ -100,16 +100,15 @@ IMAGE_TEST_BASE_push := $(SECOND_BASE)
 IMAGE_TEST_BASE_sagemaker := $(SECOND_BASE)
 IMAGE_TEST_BASE_torchrun := $(SECOND_BASE)
 
-# Each component is compiled once per run: image-tests@build's first build, the
-# efa-reduced image on Debian 12, compiles libfabric and Open MPI into the build
-# cache, and the steps that build them on Debian 12 come after it and take them
-# from there; sagemaker_training compiles the sdists (mpi4py against that Open
-# MPI) before the SageMaker images take their wheels from the cache.
+# libfabric and Open MPI are compiled once per run: image-tests@build's first
+# build, the efa-reduced image on Debian 12, puts them into the build cache, and
+# the steps that build them on Debian 12 come after it and take them from there.
 # While that build runs, the other core takes EARLY_STEPS, about as long as the
 # build; every other step waits for it too. Make queues the steps that can start
-# in the order of TEST_STEPS, so when the build ends the longest chain starts
-# first (sagemaker_training, then the SageMaker image) and the rest fill the
-# other core, longest first.
+# in the order of TEST_STEPS, longest first, when the build ends. (A step that
+# waited for another late step would go to the end of that queue: the SageMaker
+# images compile the toolkit's sdists themselves, beside sagemaker_training,
+# rather than wait for it to cache them.)
 EARLY_STEPS := ruff ruff-format yamllint unit ansible-lint packer-check image-tests@distro \
     molecule@artifact/default molecule@common/default
 LATE_STEPS := $(filter-out image-tests@build $(EARLY_STEPS) $(COVERED_BY_FLAVOUR_SCENARIOS),\
@@ -118,11 +117,10 @@ LATE_STEPS := $(filter-out image-tests@build $(EARLY_STEPS) $(COVERED_BY_FLAVOUR
 # (`make molecule@efa-reduced`) starts at once and compiles what it needs.
 ifeq ($(TEST_ORDER),1)
 $(LATE_STEPS): image-tests@build
-image-tests@sagemaker image-tests@torchrun: molecule@sagemaker_training/default
 endif
 TEST_STEPS := image-tests@build $(EARLY_STEPS) \
-    molecule@sagemaker_training/default image-tests@sagemaker image-tests@torchrun \
-    image-tests@cuda13 image-tests@hosts $(addprefix molecule@,sagemaker-reduced sagemaker-torchrun-reduced \
+    image-tests@sagemaker image-tests@torchrun image-tests@cuda13 \
+    molecule@sagemaker_training/default image-tests@hosts $(addprefix molecule@,sagemaker-reduced sagemaker-torchrun-reduced \
         efa-reduced pytorch/default metis/default rmm/default nccl/default mpi_ssh/default) \
     $(LATE_STEPS)
 test-steps: $(TEST_STEPS)
