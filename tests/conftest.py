@@ -48,8 +48,8 @@ def waits_for_a_core(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules that run Ansible plays on localhost (tests/localplay.py) go first,
-    and those whose plays may wait for a core are marked `plays`: make test runs
-    them apart, at idle priority.
+    and those whose plays may wait for a core are marked `plays` (`pytest -m plays`
+    runs just them).
 
     Their module fixtures take seconds to tens of seconds, and make test's
     pytest-xdist (--dist loadfile) hands out whole files in collection order: the

@@ -12,7 +12,8 @@ import yaml
 from localplay import ROOT, run_playbook
 
 # Mitogen's local connection gives up when its interpreter has not answered within
-# 30 s, as a starved one at idle priority may not (tests/conftest.py).
+# 30 s, as one starved of CPU may not: this module's plays are not marked `plays`
+# (tests/conftest.py).
 PLAYS_HAVE_A_DEADLINE = True
 
 # The shell's parent is the Python that runs the module: Mitogen's interpreter names
