@@ -2,7 +2,7 @@
 
 `efa-image build --push` of the flavour and profile tests/image/test_image_build.py
 just built (unchanged, so it reuses that verified image) pushes it under its
-build tags into the CNCF distribution registry (tests/image/localregistry.py);
+build tags into the CNCF distribution registry (tools/localregistry.py);
 the registry's API must hold that very image, its local tags of the registry
 are removed and pulled back with the same digest, and `efa-image verify` passes
 on the pulled image. Then the refusals: an unreachable registry, a read-only
