@@ -124,7 +124,11 @@ variable "artifact_cache" {
 variable "build_cache" {
   type        = string
   default     = env("EFA_IMAGE_BUILD_CACHE")
-  description = "Build cache directory on the controller (default: EFA_IMAGE_BUILD_CACHE; \"\" for ~/.cache/efa-image/builds, \"off\" to compile every time)."
+  description = "Build cache on the controller: a directory, oci://HOST[:PORT]/REPOSITORY or DIR,oci://... (default: EFA_IMAGE_BUILD_CACHE; \"\" for ~/.cache/efa-image/builds, \"off\" to compile every time)."
+  validation {
+    condition     = can(regex("^(off|[^,]*|[^,]+,oci://[^,]+|oci://[^,]+,[^,]+)$", var.build_cache))
+    error_message = "The build_cache is off, a directory, oci://HOST[:PORT]/REPOSITORY, or DIR,oci://HOST[:PORT]/REPOSITORY."
+  }
 }
 
 variable "lock_overlay" {

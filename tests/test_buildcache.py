@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from efa_image.building import build_cache
+from efa_image.errors import EfaImageError
+from efa_image.registry.reference import Repository
 
 OS = 'ID=debian\nVERSION_ID="13"\namd64\n'
 DPKG = (
@@ -157,15 +159,42 @@ def test_a_failed_store_leaves_nothing(tmp_path: Path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cache_dir_setting_environment_default_and_off(monkeypatch, tmp_path: Path):
+def test_locations_setting_environment_default_and_off(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path / "artifacts"))
     monkeypatch.delenv(build_cache.ENV, raising=False)
-    assert build_cache.cache_dir() == tmp_path / "artifacts" / "builds"
+    default = tmp_path / "artifacts" / "builds"
+    assert build_cache.locations() == build_cache.Locations(default)
     monkeypatch.setenv(build_cache.ENV, str(tmp_path / "env"))
-    assert build_cache.cache_dir() == tmp_path / "env"
-    assert build_cache.cache_dir(str(tmp_path / "set")) == tmp_path / "set"
+    assert build_cache.locations() == build_cache.Locations(tmp_path / "env")
+    assert build_cache.locations(str(tmp_path / "set")).directory == tmp_path / "set"
     monkeypatch.setenv(build_cache.ENV, "off")
-    assert build_cache.cache_dir() is None
+    assert build_cache.locations() == build_cache.Locations(None)
+
+
+def test_a_registry_gets_the_default_directory_in_front_or_the_one_given(monkeypatch, tmp_path):
+    monkeypatch.setenv("EFA_IMAGE_CACHE", str(tmp_path))
+    alone = build_cache.locations("oci://127.0.0.1:5000/team/cache")
+    assert alone.directory == tmp_path / "builds"
+    assert alone.registry == Repository("127.0.0.1:5000", "team/cache")
+    both = build_cache.locations(f"{tmp_path}/ci , oci://r.example.com/cache")
+    assert both == build_cache.Locations(tmp_path / "ci", Repository("r.example.com", "cache"))
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "oci://a.example.com/x,oci://b.example.com/y",
+        "/one,/two",
+        "off,oci://a.example.com/x",
+        "s3://bucket/cache",
+        "oci://no-registry",
+        "oci://a.example.com/Upper",
+    ],
+)
+def test_a_bad_setting_is_refused_naming_the_forms(setting):
+    with pytest.raises(EfaImageError) as err:
+        build_cache.locations(setting)
+    assert "\n" not in str(err.value)
 
 
 def test_the_probes_sections_feed_the_key():

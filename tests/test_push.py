@@ -8,9 +8,10 @@ import subprocess
 import pytest
 
 from efa_image import cli
-from efa_image.building import build, fingerprint, images, push
+from efa_image.building import build, fingerprint, images, published, push
 from efa_image.building.tags import component_tags
 from efa_image.errors import EfaImageError
+from efa_image.registry import credentials, reference
 from efa_image.runner import CommandError, Result
 
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/efa-image"
@@ -51,8 +52,8 @@ ECR_NO_REPO = (
     ],
 )
 def test_repositories_name_their_registry(text, registry, name):
-    assert push.parse_repository(text) == push.Repository(registry, name)
-    assert push.parse_repository(text).ref == text
+    assert reference.parse_repository(text) == reference.Repository(registry, name)
+    assert reference.parse_repository(text).ref == text
 
 
 @pytest.mark.parametrize(
@@ -68,7 +69,7 @@ def test_repositories_name_their_registry(text, registry, name):
 )
 def test_bad_repositories_are_refused_naming_the_fix(text, words):
     with pytest.raises(EfaImageError, match=words) as err:
-        push.parse_repository(text)
+        reference.parse_repository(text)
     assert "\n" not in str(err.value)
 
 
@@ -82,8 +83,8 @@ def test_bad_repositories_are_refused_naming_the_fix(text, words):
     ],
 )
 def test_ecr_uris_give_account_and_region(registry, account, region):
-    ecr = push.ecr_of(push.parse_repository(f"{registry}/efa-image"))
-    assert ecr == push.Ecr(account, region, registry)
+    ecr = reference.ecr_of(reference.parse_repository(f"{registry}/efa-image"))
+    assert ecr == reference.Ecr(account, region, registry)
 
 
 @pytest.mark.parametrize(
@@ -96,11 +97,11 @@ def test_ecr_uris_give_account_and_region(registry, account, region):
     ],
 )
 def test_other_registries_are_not_ecr(registry):
-    assert push.ecr_of(push.parse_repository(f"{registry}/efa-image")) is None
+    assert reference.ecr_of(reference.parse_repository(f"{registry}/efa-image")) is None
 
 
 def test_the_ecr_login_is_awss_documented_pipe():
-    password, login = push.login_commands(push.Ecr("123456789012", "us-west-2", "R"))
+    password, login = credentials.login_commands(reference.Ecr("123456789012", "us-west-2", "R"))
     assert password == ["aws", "ecr", "get-login-password", "--region", "us-west-2"]
     assert login == ["docker", "login", "--username", "AWS", "--password-stdin", "R"]
 
@@ -110,6 +111,7 @@ class Recorder:
 
     def __init__(self, push_output: str | None = None) -> None:
         self.calls: list[tuple[list[str], bytes | None]] = []
+        self.records: list[published.Record] = []
         self.push_output = push_output
 
     def __call__(self, argv, *, input_data=None, **_kwargs) -> Result:
@@ -124,8 +126,15 @@ class Recorder:
 
 @pytest.fixture
 def recorder(monkeypatch) -> Recorder:
+    """Also stands in for the record's publication (its own tests use a real registry)."""
     recorder = Recorder()
     monkeypatch.setattr(push, "run_command", recorder)
+
+    def publish(repository, record):
+        recorder.records.append(record)
+        return f"{repository.ref}:{published.record_tag(record.fingerprint)}@sha256:{'e' * 64}"
+
+    monkeypatch.setattr(published, "publish", publish)
     return recorder
 
 
@@ -145,7 +154,7 @@ def a_verified_image(monkeypatch, tmp_path) -> list[str]:
 def test_without_the_aws_cli_an_ecr_push_stops_before_anything(
     monkeypatch, recorder, a_verified_image
 ):
-    monkeypatch.setattr(push.shutil, "which", lambda name: None)
+    monkeypatch.setattr(credentials.shutil, "which", lambda name: None)
     with pytest.raises(EfaImageError, match="aws CLI is not installed") as err:
         push.push("efa-image:efa-reduced-portable", ECR)
     assert "apt-get install awscli" in str(err.value) and "\n" not in str(err.value)
@@ -153,34 +162,46 @@ def test_without_the_aws_cli_an_ecr_push_stops_before_anything(
 
 
 def test_an_ecr_push_logs_in_with_the_password_on_stdin(monkeypatch, recorder, a_verified_image):
-    monkeypatch.setattr(push.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(credentials.shutil, "which", lambda name: f"/usr/bin/{name}")
     seen = []
 
     def aws(argv, **_kwargs):
         seen.append(argv)
         return subprocess.CompletedProcess(argv, 0, b"s3cret\n", b"a warning on stderr\n")
 
-    monkeypatch.setattr(push.subprocess, "run", aws)
+    monkeypatch.setattr(credentials.subprocess, "run", aws)
     result = push.push("efa-image:efa-reduced-portable", ECR)
-    assert seen == [push.login_commands(push.ecr_of(push.parse_repository(ECR)))[0]]
+    assert seen == [
+        credentials.login_commands(reference.ecr_of(reference.parse_repository(ECR)))[0]
+    ]
     login, password = recorder.calls[0]
     assert login[:2] == ["docker", "login"] and password == b"s3cret\n"
     tags = component_tags("efa-reduced", "portable", {"libfabric": "2.1.0", "nccl_wheel": "2.30.4"})
+    tags.append(f"fingerprint-{'f' * 64}")
     assert list(result.digests) == [f"{ECR}:{tag}" for tag in tags]
     assert set(result.digests.values()) == {f"sha256:{'d' * 64}"}
     pushes = [argv for argv, _ in recorder.calls if argv[:2] == ["docker", "push"]]
     assert pushes == [["docker", "push", f"{ECR}:{tag}"] for tag in tags]
+    # The record last, naming the pushed manifest, the image and its build tags.
+    [record] = recorder.records
+    assert (record.fingerprint, record.image, record.manifest) == (
+        "f" * 64,
+        IMAGE,
+        "sha256:" + "d" * 64,
+    )
+    assert record.tags == tags[:2] and record.labels == LABELS
+    assert result.record.endswith(f":fingerprint-{'f' * 64}.verified@sha256:{'e' * 64}")
 
 
 def test_a_failed_ecr_login_names_the_account_and_pushes_nothing(
     monkeypatch, recorder, a_verified_image
 ):
-    monkeypatch.setattr(push.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(credentials.shutil, "which", lambda name: f"/usr/bin/{name}")
     stderr = (
         b"\nUnable to locate credentials. You can configure credentials by running aws configure.\n"
     )
     monkeypatch.setattr(
-        push.subprocess,
+        credentials.subprocess,
         "run",
         lambda argv, **_: subprocess.CompletedProcess(argv, 253, b"", stderr),
     )
@@ -238,7 +259,7 @@ def test_a_missing_image_is_named(monkeypatch):
     ],
 )
 def test_a_failed_push_is_one_line_naming_why_and_the_fix(output, registry, words):
-    repository = push.Repository(registry, "efa-image")
+    repository = reference.Repository(registry, "efa-image")
     line = push.explain(output, repository, f"{repository.ref}:t")
     assert "\n" not in line and line.endswith("the local image keeps its tags")
     assert all(word in line for word in words), line
@@ -265,7 +286,7 @@ def test_a_failed_push_takes_back_only_the_tag_it_added(monkeypatch, a_verified_
 
 
 def test_the_digest_falls_back_to_repo_digests(monkeypatch):
-    repository = push.Repository("127.0.0.1:5000", "efa")
+    repository = reference.Repository("127.0.0.1:5000", "efa")
     digest = "sha256:" + "c" * 64
     monkeypatch.setattr(
         images,
@@ -294,7 +315,7 @@ def test_setup_installs_the_registry_the_push_tests_serve():
     ("repository", "words"), [("team/efa-image", "names no registry"), (ECR, "aws CLI")]
 )
 def test_build_push_checks_the_repository_before_building(monkeypatch, capsys, repository, words):
-    monkeypatch.setattr(push.shutil, "which", lambda name: None)
+    monkeypatch.setattr(credentials.shutil, "which", lambda name: None)
     monkeypatch.setattr(cli.build, "ensure_docker", lambda: "running")
 
     def no_build(*_args):

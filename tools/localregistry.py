@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -27,7 +28,7 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 
 
-def get(address: str, path: str, accept: str = MANIFEST_V2):
+def get(address: str, path: str, accept: str = MANIFEST_V2) -> Any:
     """GET http://ADDRESS/v2/PATH from the registry's API (a response to read)."""
     request = urllib.request.Request(f"http://{address}/v2/{path}", headers={"Accept": accept})
     return OPENER.open(request, timeout=30)

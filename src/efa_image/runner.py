@@ -44,6 +44,12 @@ class CommandError(EfaImageError):
         super().__init__(message)
 
 
+def last_line(output: str) -> str:
+    """The last non-empty line: what a failed command says in one line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 def run_command(
     argv: Sequence[str],
     *,

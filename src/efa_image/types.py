@@ -23,10 +23,14 @@ class BuildRequest:
     mirror: str | None
     overlays: tuple[str, ...]
     extra_vars: tuple[str, ...] = ()
-    # Build cache directory (efa_image.building.build_cache): "" for the default, "off".
+    # The build cache (efa_image.building.build_cache): "" for the default directory, "off",
+    # DIR, oci://HOST[:PORT]/REPOSITORY or DIR,oci://...
     build_cache: str = ""
     # Build even when a verified image with the same fingerprint exists.
     rebuild: bool = False
+    # HOST[:PORT]/NAME where verified images are looked up by fingerprint before building
+    # (efa_image.building.published); "" for none.
+    reuse_from: str = ""
     # Look for the flavour's components in the base image (efa_image.building.basecontents):
     # found ones are verified and recorded (method present), not installed.
     detect: bool = True

@@ -63,7 +63,7 @@ def test_compiled_components_went_through_the_build_cache(built):
     cheaper than a cache entry)."""
     assert built["build_cache"].keys() == {"libfabric", "openmpi", "nccl"}, built["build_cache"]
     assert built["build_cache"]["nccl"] == "off"
-    cache = build_cache.cache_dir()
+    cache = build_cache.locations().directory
     assert cache is not None
     for component in ("libfabric", "openmpi"):
         assert built["build_cache"][component] in {"hit", "miss"}, built["build_cache"]

@@ -20,6 +20,7 @@ import time
 
 import pytest
 from imagebuild import BASE, build_argv, docker
+
 from localregistry import free_port, get, local_registry
 
 NAME = "efa-image-push-test"

@@ -9,7 +9,9 @@ and the tags. Each stage reads the plan and derives nothing again.
 Packer commits the image only when every provisioner succeeded; this module
 tags it only after verification passed, so no failed or unverified build is
 ever tagged as good. An unchanged build (its fingerprint recorded as verified,
-the image still there) tags the earlier image again and runs nothing.
+the image still there) tags the earlier image again and runs nothing; with
+--reuse-from (or --push), a verified image of the same fingerprint pushed from
+another machine is pulled, checked and tagged instead (efa_image.building.published).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from dataclasses import asdict, dataclass, field
 
 from efa_image.artifacts import preflight
 from efa_image.artifacts.context import Context, Selection
-from efa_image.building import fingerprint, images, packer
+from efa_image.building import fingerprint, images, packer, published, push
 from efa_image.building.plan import Plan, resolve
 from efa_image.building.tags import component_tags
 from efa_image.errors import EfaImageError
 from efa_image.paths import project_root
+from efa_image.registry.reference import ecr_of, parse_repository
 from efa_image.runner import run_command
 from efa_image.timing import StepTimer
 from efa_image.types import BuildRequest
@@ -55,6 +58,9 @@ class BuildResult:
     # image with the same fingerprint was tagged and nothing was built.
     fingerprint: str = ""
     reused: bool = False
+    # Where the reused image came from: "local" (this machine's record), or the
+    # REGISTRY/NAME@DIGEST it was pulled as (efa_image.building.published); "" when built.
+    reused_from: str = ""
     # With --push: every pushed REPOSITORY:TAG and its registry digest (efa_image.building.push).
     pushed: dict[str, str] = field(default_factory=dict)
     # The components that came with the base image (method present) and the roles
@@ -85,7 +91,13 @@ def build(request: BuildRequest, context: Context) -> BuildResult:
         preflight.check_sources(context, selection)
     reusable = None if request.rebuild else reusable_image(plan.fingerprint.digest)
     if reusable:
+        result.reused_from = "local"
         return reuse(reusable, plan, result, timer)
+    if request.reuse_from and not request.rebuild:
+        with timer.step("pull"):
+            pulled = pull_verified(request.reuse_from, plan, result)
+        if pulled:
+            return reuse(pulled, plan, result, timer)
     with timer.step("fetch"):
         for artifact in plan.artifacts:
             context.store.get(artifact)
@@ -148,11 +160,35 @@ def reusable_image(digest: str) -> str | None:
     return None
 
 
+def pull_verified(repository_text: str, plan: Plan, result: BuildResult) -> str | None:
+    """The verified image of this fingerprint from the registry, recorded here; None (and
+    one line) when the registry has none, cannot be reached, or serves something else."""
+    repository = parse_repository(repository_text)
+    digest = plan.fingerprint.digest
+    try:
+        record = published.find(repository, digest)
+        if record is None:
+            print(f"no verified image of fingerprint {digest[:16]} in {repository.ref}: building")
+            return None
+        if ecr := ecr_of(repository):
+            push.ecr_login(ecr, consequence="nothing was pulled")
+        image = published.pull(repository, record)
+    except EfaImageError as exc:
+        print(f"reuse from {repository.ref}: {exc}; building", flush=True)
+        return None
+    fingerprint.record_verified(
+        plan.fingerprint, image, origin=f"{repository.ref}@{record.manifest}"
+    )
+    result.reused_from = f"{repository.ref}@{record.manifest}"
+    return image
+
+
 def reuse(image: str, plan: Plan, result: BuildResult, timer: StepTimer) -> BuildResult:
     """An unchanged build: the earlier verified image is tagged again, nothing runs."""
+    where = "" if result.reused_from == "local" else f", pulled from {result.reused_from}"
     print(
         f"unchanged: every input matches verified image {image} (fingerprint "
-        f"{result.fingerprint[:16]}); tagging it again (--rebuild builds anyway)",
+        f"{result.fingerprint[:16]}{where}); tagging it (--rebuild builds anyway)",
         flush=True,
     )
     result.reused = True

@@ -17,8 +17,12 @@ component names every build package its configure may use.
 
 Entries are `<component>-<key>.tar.gz` with a `.sha256` beside it, written
 atomically; an entry whose checksum does not match is treated as absent and
-removed. EFA_IMAGE_BUILD_CACHE sets the directory (default: the artifact
-cache's `builds/`); `off` disables the cache.
+removed.
+
+Where: `--build-cache` or EFA_IMAGE_BUILD_CACHE, a directory, an
+`oci://HOST[:PORT]/REPOSITORY` (efa_image.building.registry_cache), or both as
+`DIR,oci://...`: read the directory, then the registry; write both. Without a
+directory it is the artifact cache's `builds/`; `off` disables the cache.
 """
 
 from __future__ import annotations
@@ -28,11 +32,14 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from efa_image.artifacts.artifact_store import sha256_of
+from efa_image.errors import EfaImageError
 from efa_image.paths import default_cache_dir
+from efa_image.registry.reference import OCI_SCHEME, Repository, parse_oci
 
 FORMAT = 2
 OFF = "off"
@@ -43,16 +50,34 @@ TOOLCHAIN = re.compile(r"^(gcc|g\+\+|cpp|binutils|libc6|nvidia-cuda-toolkit|cuda
 COMPONENT = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
-class BuildCacheError(ValueError):
+class BuildCacheError(EfaImageError, ValueError):
     pass
 
 
-def cache_dir(setting: str | None = None) -> Path | None:
-    """`setting`, else EFA_IMAGE_BUILD_CACHE, else the default directory; None when off."""
+@dataclass(frozen=True)
+class Locations:
+    """Where entries are read (the directory, then the registry) and written (both)."""
+
+    directory: Path | None
+    registry: Repository | None = None
+
+
+def locations(setting: str | None = None) -> Locations:
+    """`setting`, else EFA_IMAGE_BUILD_CACHE: `off`, DIR, oci://..., or DIR,oci://...;
+    the directory defaults to the artifact cache's `builds/`."""
     value = setting if setting else os.environ.get(ENV, "")
-    if value == OFF:
-        return None
-    return Path(value) if value else default_cache_dir() / "builds"
+    if value.strip() == OFF:
+        return Locations(None)
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    remote = [part for part in parts if part.startswith(OCI_SCHEME)]
+    local = [part for part in parts if not part.startswith(OCI_SCHEME)]
+    if len(remote) > 1 or len(local) > 1 or OFF in local or any("://" in p for p in local):
+        raise BuildCacheError(
+            f"build cache {value!r}: give `off`, a directory, oci://HOST[:PORT]/REPOSITORY, "
+            "or DIR,oci://HOST[:PORT]/REPOSITORY (the directory read first, both written)"
+        )
+    directory = Path(local[0]) if local else default_cache_dir() / "builds"
+    return Locations(directory, parse_oci(remote[0]) if remote else None)
 
 
 def toolchain_packages(dpkg_lines: str, baseline: str | None = None) -> list[str]:

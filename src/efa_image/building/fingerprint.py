@@ -147,8 +147,11 @@ def verified_dir() -> Path:
     return default_cache_dir() / "images"
 
 
-def record_verified(fingerprint: Fingerprint, image: str, directory: Path | None = None) -> Path:
-    """Written only after the image passed verification: what a later build may reuse."""
+def record_verified(
+    fingerprint: Fingerprint, image: str, directory: Path | None = None, origin: str = ""
+) -> Path:
+    """Written only after the image passed verification, here or (origin: the registry
+    reference it was pulled as) on the machine that pushed it: what a later build may reuse."""
     directory = directory or verified_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{fingerprint.digest}.json"
@@ -158,6 +161,8 @@ def record_verified(fingerprint: Fingerprint, image: str, directory: Path | None
         "verified": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "inputs": fingerprint.inputs,
     }
+    if origin:
+        record["origin"] = origin
     partial.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     partial.replace(path)
     return path

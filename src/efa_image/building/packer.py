@@ -22,7 +22,7 @@ from efa_image.types import BuildRequest
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PACKER_PREFIX = re.compile(r"^\s*(?:==> )?docker\.image:\s?")
 ROLE_TIME = re.compile(r"^(\S+) -+ (\d+(?:\.\d+)?)s$")
-CACHE_LINE = re.compile(r"build cache: ([a-z0-9_.-]+) [0-9a-f]{16} (hit|miss|off)\b")
+CACHE_LINE = re.compile(r"build cache: ([a-z0-9_.-]+) [0-9a-f]{16} (hit|registry|miss|off)\b")
 
 
 def packer_vars(

@@ -5,8 +5,10 @@ passed verification here is pushed: its fingerprint label must name a verified
 build recorded under the artifact cache's `images/` (efa_image.building.fingerprint),
 for that very image ID. It goes out under every tag a build gives it (the
 flavour-profile tag and the one naming every component version, derived from
-its labels as efa_image.building.build derives them), after `docker login` through the
-aws CLI where the repository is an ECR URI. Every check runs before anything is
+its labels as efa_image.building.build derives them) and `fingerprint-DIGEST`,
+then the record that lets builds on other machines reuse it
+(efa_image.building.published), after `docker login` through the aws CLI where
+the repository is an ECR URI. Every check runs before anything is
 tagged or pushed; a push that fails says why in one line and leaves the local
 image with the tags it had (a tag the push added is taken back).
 """
@@ -14,46 +16,19 @@ image with the tags it had (a tag the push added is taken back).
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 
-from efa_image.building import fingerprint, images
+from efa_image.building import fingerprint, images, published
 from efa_image.building.tags import component_tags
 from efa_image.errors import EfaImageError
-from efa_image.runner import CommandError, log, run_command
+from efa_image.registry import credentials
+from efa_image.registry.client import RegistryError
+from efa_image.registry.reference import Ecr, Repository, ecr_of, parse_repository
+from efa_image.runner import CommandError, last_line, run_command
 
-# <account>.dkr.ecr[-fips].<region>.amazonaws.com[.cn]
-ECR_REGISTRY = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)"
-    r"\.amazonaws\.com(?:\.cn)?$"
-)
-# A repository path component (the distribution spec's grammar).
-PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-HOST = re.compile(r"^(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|\[[0-9a-fA-F:]+\])(?::\d+)?$")
 DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
-EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/efa-image"
 COMPONENT_LABEL = "org.efa-image.component."
-
-
-@dataclass(frozen=True)
-class Repository:
-    """Where images go: a registry host (with its port) and the repository's path."""
-
-    registry: str
-    name: str
-
-    @property
-    def ref(self) -> str:
-        return f"{self.registry}/{self.name}"
-
-
-@dataclass(frozen=True)
-class Ecr:
-    account: str
-    region: str
-    registry: str
 
 
 @dataclass
@@ -61,71 +36,23 @@ class PushResult:
     image: str
     # REGISTRY/NAME:TAG -> the manifest digest the registry reported.
     digests: dict[str, str] = field(default_factory=dict)
+    # REGISTRY/NAME:TAG@DIGEST of the record that lets builds elsewhere reuse the image
+    # (efa_image.building.published).
+    record: str = ""
     seconds: float = 0.0
 
 
-def parse_repository(text: str) -> Repository:
-    """HOST[:PORT]/NAME without a tag: the build's tags are the ones pushed."""
-    host, sep, name = text.partition("/")
-    if not sep or not HOST.match(host):
-        raise EfaImageError(
-            f"repository {text!r} names no registry: give HOST[:PORT]/NAME, e.g. {EXAMPLE}"
-        )
-    if "@" in name or ":" in name.rsplit("/", 1)[-1]:
-        raise EfaImageError(
-            f"repository {text!r} carries a tag or digest: give it without one "
-            f"({text.split('@')[0].rsplit(':', 1)[0]}); the image's build tags are pushed"
-        )
-    if not all(PATH_COMPONENT.match(part) for part in name.split("/")):
-        raise EfaImageError(
-            f"repository name {name!r} is not valid: lowercase letters, digits and "
-            "separators (. _ -) between them, components joined by /"
-        )
-    return Repository(host, name)
-
-
-def ecr_of(repository: Repository) -> Ecr | None:
-    """The ECR account and region of an ECR repository URI; None for other registries."""
-    match = ECR_REGISTRY.match(repository.registry)
-    if not match:
-        return None
-    return Ecr(match["account"], match["region"], repository.registry)
-
-
-def login_commands(ecr: Ecr) -> tuple[list[str], list[str]]:
-    """AWS's documented ECR login: the password from the aws CLI, piped to docker login."""
-    return (
-        ["aws", "ecr", "get-login-password", "--region", ecr.region],
-        ["docker", "login", "--username", "AWS", "--password-stdin", ecr.registry],
-    )
-
-
-def require_aws_cli() -> None:
-    if shutil.which("aws") is None:
-        raise EfaImageError(
-            "pushing to ECR logs in with `aws ecr get-login-password`, and the aws CLI is not "
-            "installed: install it (`apt-get install awscli`, or AWS's installer) and configure "
-            "credentials (`aws configure`, AWS_PROFILE or an instance role); nothing was pushed"
-        )
-
-
-def ecr_login(ecr: Ecr) -> None:
-    password_argv, login_argv = login_commands(ecr)
-    log.debug("$ %s", " ".join(password_argv))
-    # Its own stdout only: warnings on stderr must never become part of the password.
-    proc = subprocess.run(password_argv, capture_output=True, check=False)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        last = last_line(proc.stderr.decode(errors="replace")) or f"exit {proc.returncode}"
-        raise EfaImageError(
-            f"ECR login to {ecr.registry} failed: `{' '.join(password_argv)}`: {last}; configure "
-            f"credentials for account {ecr.account} (`aws configure`, AWS_PROFILE or an instance "
-            "role) with ecr:GetAuthorizationToken; nothing was pushed"
-        )
+def ecr_login(ecr: Ecr, consequence: str = "nothing was pushed") -> None:
+    """`docker login` with the aws CLI's password on its stdin, as AWS documents it."""
     try:
-        run_command(login_argv, input_data=proc.stdout)
+        password = credentials.ecr_password(ecr)
+    except EfaImageError as exc:
+        raise EfaImageError(f"{exc}; {consequence}") from None
+    try:
+        run_command(credentials.login_commands(ecr)[1], input_data=password + b"\n")
     except CommandError as exc:
         raise EfaImageError(
-            f"docker login to {ecr.registry} failed: {last_line(exc.output)}; nothing was pushed"
+            f"docker login to {ecr.registry} failed: {last_line(exc.output)}; {consequence}"
         ) from exc
     print(f"logged in to {ecr.registry} (ECR, {ecr.region})", flush=True)
 
@@ -172,11 +99,6 @@ def build_tags(image: str) -> list[str]:
     if not flavor or not profile:
         raise EfaImageError(f"image {image[:19]} lacks its flavour or profile label")
     return component_tags(flavor, profile, versions)
-
-
-def last_line(output: str) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 # What docker push says -> why, in words, and what to do; the first match wins.
@@ -240,7 +162,10 @@ def destination(text: str) -> tuple[Repository, Ecr | None]:
     repository = parse_repository(text)
     ecr = ecr_of(repository)
     if ecr:
-        require_aws_cli()
+        try:
+            credentials.require_aws_cli()
+        except EfaImageError as exc:
+            raise EfaImageError(f"{exc}; nothing was pushed") from None
     return repository, ecr
 
 
@@ -252,7 +177,7 @@ def push(ref: str, repository_text: str) -> PushResult:
     if ecr:
         ecr_login(ecr)
     result = PushResult(image.image)
-    for tag in image.tags:
+    for tag in [*image.tags, published.image_tag(image.fingerprint)]:
         target = f"{repository.ref}:{tag}"
         existed = target in images.repo_tags(image.image)
         run_command(["docker", "tag", image.image, target])
@@ -264,8 +189,19 @@ def push(ref: str, repository_text: str) -> PushResult:
             raise EfaImageError(explain(exc.output, repository, target)) from exc
         result.digests[target] = pushed_digest(output, repository, image.image)
         print(f"pushed {target} {result.digests[target]}", flush=True)
-    result.seconds = round(time.monotonic() - start, 1)
     digests = sorted(set(result.digests.values()))
+    # Last: a build that finds the record finds its image pushed whole.
+    record = published.Record(
+        image.fingerprint, image.image, digests[-1], images.labels(image.image), image.tags
+    )
+    try:
+        result.record = published.publish(repository, record)
+    except RegistryError as exc:
+        raise EfaImageError(
+            f"pushed {image.image[:19]}, but not the record that lets builds reuse it: {exc}"
+        ) from None
+    print(f"pushed the verified-image record {result.record}", flush=True)
+    result.seconds = round(time.monotonic() - start, 1)
     print(
         f"pushed {image.image[:19]} to {repository.ref} in {result.seconds:g}s: "
         + ", ".join(f"{repository.ref}@{d}" for d in digests),

@@ -12,7 +12,8 @@ from efa_image.types import BuildRequest
 
 
 def cmd_build(args: argparse.Namespace) -> None:
-    from efa_image.building import build, push
+    from efa_image.building import build, build_cache, push
+    from efa_image.registry.reference import parse_repository
 
     context = load_context(args)
     ensure_docker()
@@ -28,10 +29,15 @@ def cmd_build(args: argparse.Namespace) -> None:
         extra_vars=tuple(args.extra_var or ()),
         build_cache=args.build_cache,
         rebuild=args.rebuild,
+        reuse_from=args.reuse_from or args.push or "",
         detect=not args.no_detect,
     )
+    # Bad settings stop before the build, not in it or after it.
+    build_cache.locations(request.build_cache)
+    if request.reuse_from:
+        parse_repository(request.reuse_from)
     if args.push:
-        push.destination(args.push)  # a bad repository stops before the build, not after
+        push.destination(args.push)
     result = build.build(request, context)
     try:
         if args.push:
@@ -69,10 +75,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     build_cmd.add_argument(
         "--build-cache",
-        metavar="DIR",
+        metavar="WHERE",
         default=os.environ.get("EFA_IMAGE_BUILD_CACHE", ""),
-        help="keep compiled components here and take identical ones back (env "
-        "EFA_IMAGE_BUILD_CACHE, default ~/.cache/efa-image/builds; 'off' compiles everything)",
+        help="keep compiled components and take identical ones back: a directory, "
+        "oci://HOST[:PORT]/REPOSITORY (a registry, with the default directory in front) or "
+        "DIR,oci://... (env EFA_IMAGE_BUILD_CACHE, default ~/.cache/efa-image/builds; 'off' "
+        "compiles everything)",
+    )
+    build_cmd.add_argument(
+        "--reuse-from",
+        metavar="REPOSITORY",
+        help="before building, look for a verified image of identical inputs pushed to "
+        "HOST[:PORT]/NAME (by `push` or `build --push` on any machine): pull, check and tag it "
+        "instead of building (default: the --push repository)",
     )
     build_cmd.add_argument(
         "--rebuild",
@@ -94,6 +109,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--push",
         metavar="REPOSITORY",
         help="then push the verified image under its tags to REGISTRY/NAME (ECR: logs in "
-        "with the aws CLI); the report lists the pushed digests",
+        "with the aws CLI), with the record that lets builds elsewhere reuse it; the report "
+        "lists the pushed digests",
     )
     build_cmd.set_defaults(func=cmd_build)

@@ -1,0 +1,1 @@
+"""Container registries: repository references, credentials, and the registry HTTP API."""
