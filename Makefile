@@ -86,7 +86,7 @@ IMAGE_TEST_GROUPS := build push sagemaker torchrun hosts distro cuda13
 IMAGE_TEST_STEPS := $(addprefix image-tests@,$(IMAGE_TEST_GROUPS))
 .PHONY: $(SCENARIO_STEPS) $(IMAGE_TEST_STEPS)
 IMAGE_TESTS_build := tests/image/test_image_build.py
-IMAGE_TESTS_push := tests/image/test_registry_push.py
+IMAGE_TESTS_push := tests/image/test_registry_push.py tests/image/test_registry_builds.py
 IMAGE_TESTS_sagemaker := tests/image/test_sagemaker_image.py
 IMAGE_TESTS_torchrun := tests/image/test_torchrun_image.py
 # On the CUDA 13 base (profile portable-cuda13): nothing it compiles is shared

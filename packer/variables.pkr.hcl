@@ -125,8 +125,9 @@ variable "build_cache" {
   type        = string
   default     = env("EFA_IMAGE_BUILD_CACHE")
   description = "Build cache on the controller: a directory, oci://HOST[:PORT]/REPOSITORY or DIR,oci://... (default: EFA_IMAGE_BUILD_CACHE; \"\" for ~/.cache/efa-image/builds, \"off\" to compile every time)."
+  # Packer 1.6's functions (no regex): at most one directory and one oci://, "off" alone.
   validation {
-    condition     = can(regex("^(off|[^,]*|[^,]+,oci://[^,]+|oci://[^,]+,[^,]+)$", var.build_cache))
+    condition     = length([for part in split(",", var.build_cache) : part if substr(part, 0, 6) == "oci://"]) <= 1 && length([for part in split(",", var.build_cache) : part if substr(part, 0, 6) != "oci://"]) <= 1 && ! (length(split(",", var.build_cache)) == 2 && contains(split(",", var.build_cache), "off"))
     error_message = "The build_cache is off, a directory, oci://HOST[:PORT]/REPOSITORY, or DIR,oci://HOST[:PORT]/REPOSITORY."
   }
 }

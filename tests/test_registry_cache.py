@@ -17,12 +17,13 @@ import tarfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import bcrypt
 import pytest
 import yaml
 
-from efa_image.building import build_cache, published, registry_cache
+from efa_image.building import build, build_cache, fingerprint, published, registry_cache
 from efa_image.registry.client import DigestMismatch, RegistryError
 from efa_image.registry.reference import Repository
 from localplay import ROOT, run_playbook
@@ -264,3 +265,29 @@ def test_a_stored_build_reaches_a_fresh_machine_through_the_registry(registry, t
     assert "answer True registry" in second and "[WARNING]: build cache" not in second
     [entry] = (tmp_path / "two").glob("libfabric-*.tar.gz")
     assert entry.read_bytes() == built.read_bytes()
+
+
+# The build's side: a registry that cannot answer, or has no record, is one line and a build.
+
+
+def a_plan(digest: str) -> SimpleNamespace:
+    return SimpleNamespace(fingerprint=fingerprint.Fingerprint(digest, {}))
+
+
+def test_no_record_in_the_registry_means_building_said_in_one_line(registry, capsys):
+    result = build.BuildResult("efa", "portable", "base", {})
+    assert build.pull_verified(f"{registry}/team/images", a_plan("d" * 64), result) is None
+    assert capsys.readouterr().out == (
+        f"no verified image of fingerprint {'d' * 16} in {registry}/team/images: building\n"
+    )
+    assert result.reused_from == ""
+
+
+def test_an_unreachable_registry_means_building_said_in_one_line(capsys):
+    address = f"127.0.0.1:{free_port()}"
+    result = build.BuildResult("efa", "portable", "base", {})
+    assert build.pull_verified(f"{address}/team/images", a_plan("d" * 64), result) is None
+    assert capsys.readouterr().out == (
+        f"reuse from {address}/team/images: registry {address} is unreachable "
+        "(connection refused); building\n"
+    )

@@ -70,6 +70,7 @@ def pushed(registry, tmp_path_factory) -> dict:
 
 def test_every_build_tag_was_pushed_with_one_digest(pushed):
     names = [tag.split(":", 1)[1] for tag in pushed["tags"]]
+    names.append(f"fingerprint-{pushed['fingerprint']}")
     assert sorted(pushed["pushed"]) == sorted(f"{pushed['repository']}:{n}" for n in names)
     digests = set(pushed["pushed"].values())
     assert len(digests) == 1 and next(iter(digests)).startswith("sha256:"), pushed["pushed"]
