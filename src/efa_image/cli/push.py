@@ -18,10 +18,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     push_cmd = sub.add_parser(
         "push",
         help="push a verified image under every tag its build gave it (ECR: logs in)",
-        description="Push IMAGE, which must have passed verification in `efa-image build` on "
-        "this machine (its fingerprint recorded as verified), to REPOSITORY "
-        "(HOST[:PORT]/NAME, no tag) under its flavour-profile and component tags. For an ECR "
-        "URI (<account>.dkr.ecr.<region>.amazonaws.com/<name>) it logs in first with `aws ecr "
+        description="Push IMAGE, which must have passed verification in `efa-image build` "
+        "(its fingerprint recorded as verified here, by that build or by a build that pulled "
+        "it by its record), to REPOSITORY "
+        "(HOST[:PORT]/NAME, no tag) under its flavour-profile and component tags and "
+        "fingerprint-<fingerprint>, then the record that lets `efa-image build --reuse-from "
+        "REPOSITORY` on other machines pull it instead of building. For an ECR URI "
+        "(<account>.dkr.ecr.<region>.amazonaws.com/<name>) it logs in first with `aws ecr "
         "get-login-password`. Prints each pushed tag's digest.",
     )
     push_cmd.add_argument("image", metavar="IMAGE", help="a tag or ID of a verified build")
