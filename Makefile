@@ -48,12 +48,15 @@ image: setup
 	    $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) \
 	    $(if $(filter command line,$(origin MIRROR)),--mirror $(MIRROR))
 
-# FLAVOR cold, unchanged and one-bump, the distro profile cold, and AWS's documented
-# recipe (bench/aws-doc-recipe) the same ways, with the ratios and targets in
-# build/bench/FLAVOR-PROFILE.json and docs/benchmark-results.md (not part of
-# `make test`; about 40 min here). Plain `make bench` is efa-reduced/portable:
-# what this machine can build (FLAVOR= and PROFILE= given on the command line
-# or in the environment win).
+# FLAVOR cold, unchanged and one-bump, the distro profile cold, AWS's documented
+# recipe (bench/aws-doc-recipe) the same ways, and unchanged and one-bump on a
+# fresh machine (a copy of the tree, empty caches, none of the bench's images)
+# from the loopback registry the cold run pushed to, with the ratios and targets
+# in build/bench/FLAVOR-PROFILE.json and docs/benchmark-results.md (not part of
+# `make test`; about 40 min here before the fresh-machine runs, which
+# `scripts/bench FLAVOR PROFILE --skip fresh` leaves out). Plain `make bench` is
+# efa-reduced/portable: what this machine can build (FLAVOR= and PROFILE= given
+# on the command line or in the environment win).
 bench: FLAVOR := $(if $(filter file,$(origin FLAVOR)),efa-reduced,$(FLAVOR))
 bench: PROFILE := $(if $(filter file,$(origin PROFILE)),portable,$(PROFILE))
 bench: setup

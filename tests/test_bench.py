@@ -1,15 +1,25 @@
 """The bench's report: ratios, targets, table, and the recipe kept in step with the lock.
 
 No docker: the builds are stubbed; what is tested is what the numbers become.
+One test starts the registry (docker-registry, no docker) where it is installed.
 """
 
+import hashlib
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.request import Request
 
 import pytest
 
 import benchmark as bench
+import localregistry
 from efa_image.artifacts import lock
 from efa_image.artifacts.artifact_store import sha256_of
 from efa_image.artifacts.context import with_profile_overlay
@@ -267,12 +277,18 @@ def test_place_verified_refuses_a_file_that_is_not_the_locks(tmp_path):
 class StubBench(bench.Bench):
     def __init__(self, options, work, profiles=("portable", "distro")):
         self.calls = []
+        # Run name -> (registry options, checkout) of the project's runs.
+        self.registry_calls = {}
         self.profiles = profiles
         super().__init__(options, work)
 
-    def project(self, name, profile, cache, cold, bump):
+    def project(self, name, profile, cache, cold, bump, extra=(), checkout=None):
         self.calls.append((name, profile, cache.name, cold, bump))
-        return run(name, 10, 700)
+        self.registry_calls[name] = (list(extra), checkout)
+        return run(name, 10, 700, image=f"sha256:{name}")
+
+    def remove_project_images(self):
+        self.calls.append(("remove", tuple(bench.project_images(self.runs))))
 
     def doc(self, name, lock, context, no_cache, tag):
         self.calls.append((name, lock.get("nccl_wheel").version, no_cache, tag))
@@ -288,27 +304,41 @@ class StubBench(bench.Bench):
         super().distro()
 
 
-def options(root, skip=()):
+def options(root, out, skip=()):
     return bench.Options(
-        "efa-reduced", "portable", "efa-image/base:debian13", None, [], set(skip), root, root
+        "efa-reduced", "portable", "efa-image/base:debian13", None, [], set(skip), out, root
     )
 
 
 @pytest.fixture
 def no_docker(monkeypatch):
+    """No docker, and a stand-in for the registry: an address and an empty log."""
     from efa_image.building import base
 
     monkeypatch.setattr(base, "ensure_ref", lambda ref, store=None: f"{ref}: present")
     monkeypatch.setattr(bench, "image_size", lambda ref: BASE)
 
+    @contextmanager
+    def registry(directory, access_log=False):
+        assert access_log
+        directory.mkdir(parents=True)
+        (directory / localregistry.LOG).write_text("")
+        yield "127.0.0.1:5000"
+
+    monkeypatch.setattr(bench, "local_registry", registry)
+    monkeypatch.setattr(bench, "registry_installed", lambda: True)
+    monkeypatch.setattr(bench, "make_checkout", lambda root, dest: dest)
+    monkeypatch.setattr(bench, "check_checkout", lambda checkout: None)
+
 
 def test_bench_runs_in_order_with_isolated_cold_caches(root, tmp_path, no_docker):
-    stub = StubBench(options(root), tmp_path)
+    stub = StubBench(options(root, tmp_path), tmp_path)
     stub.all()
     names = [call[0] for call in stub.calls]
     assert names == [
         "cold", "unchanged", "doc-cold", "doc-unchanged",
         "seed", "one-bump", "doc-one-bump", "distro-cold",
+        "remove", "fresh-unchanged", "remove", "fresh-one-bump",
     ]  # fmt: skip
     calls = {call[0]: call for call in stub.calls}
     assert calls["cold"] == ("cold", "portable", "cache", True, False)
@@ -323,21 +353,94 @@ def test_bench_runs_in_order_with_isolated_cold_caches(root, tmp_path, no_docker
     assert stub.skipped == {}
 
 
-def test_bench_states_why_runs_were_left_out(root, tmp_path, no_docker):
-    stub = StubBench(options(root, skip={"doc", "one-bump"}), tmp_path, profiles=("portable",))
+def test_bench_publishes_from_cold_and_builds_fresh_from_the_registry(root, tmp_path, no_docker):
+    stub = StubBench(options(root, tmp_path), tmp_path)
     stub.all()
-    assert [call[0] for call in stub.calls] == ["cold", "unchanged"]
+    calls = {call[0]: call for call in stub.calls}
+    reg = "127.0.0.1:5000"
+    assert stub.registry_calls["cold"] == (
+        [
+            "--build-cache", f"{tmp_path}/cache/builds,oci://{reg}/efa-image-bench-cache",
+            "--push", f"{reg}/efa-image-bench",
+        ],
+        None,
+    )  # fmt: skip
+    for name in ("unchanged", "one-bump", "distro-cold"):
+        assert stub.registry_calls[name] == ([], None)
+    fresh = [
+        "--build-cache", f"oci://{reg}/efa-image-bench-cache",
+        "--reuse-from", f"{reg}/efa-image-bench",
+    ]  # fmt: skip
+    checkout = tmp_path / "checkout"
+    assert stub.registry_calls["fresh-unchanged"] == (fresh, checkout)
+    assert stub.registry_calls["fresh-one-bump"] == (fresh, checkout)
+    # Each from an empty cache of its own, the second with the bump.
+    assert calls["fresh-unchanged"] == (
+        "fresh-unchanged", "portable", "fresh-unchanged-cache", False, False
+    )  # fmt: skip
+    assert calls["fresh-one-bump"] == (
+        "fresh-one-bump", "portable", "fresh-one-bump-cache", False, True
+    )  # fmt: skip
+    # Before each, every image of the project's runs goes; the recipe's are not asked for.
+    removals = [call[1] for call in stub.calls if call[0] == "remove"]
+    project = ("sha256:cold", "sha256:unchanged", "sha256:one-bump", "sha256:distro-cold")
+    assert removals == [project, (*project, "sha256:fresh-unchanged")]
+    # The registry serves through every run and is gone after.
+    assert stub.registry is None and stub.registry_log is None
+    assert (tmp_path / "efa-reduced-portable-registry.log").is_file()
+
+
+def test_bench_states_why_runs_were_left_out(root, tmp_path, no_docker):
+    stub = StubBench(
+        options(root, tmp_path, skip={"doc", "one-bump"}), tmp_path, profiles=("portable",)
+    )
+    stub.all()
+    assert [call[0] for call in stub.calls] == ["cold", "unchanged", "remove", "fresh-unchanged"]
     assert stub.skipped["doc-cold"] == "--skip doc"
     assert stub.skipped["one-bump"] == "--skip one-bump"
+    assert stub.skipped["fresh-one-bump"] == "--skip one-bump"
     assert "no profile 'distro'" in stub.skipped["distro-cold"]
 
 
 def test_bench_can_leave_out_only_the_recipes_one_bump(root, tmp_path, no_docker):
-    stub = StubBench(options(root, skip={"doc-one-bump", "distro"}), tmp_path)
+    stub = StubBench(options(root, tmp_path, skip={"doc-one-bump", "distro", "fresh"}), tmp_path)
     stub.all()
     names = [call[0] for call in stub.calls]
     assert names == ["cold", "unchanged", "doc-cold", "doc-unchanged", "seed", "one-bump"]
-    assert stub.skipped == {"doc-one-bump": "--skip doc-one-bump", "distro-cold": "--skip distro"}
+    assert stub.skipped == {
+        "doc-one-bump": "--skip doc-one-bump",
+        "distro-cold": "--skip distro",
+        "fresh-unchanged": "--skip fresh",
+        "fresh-one-bump": "--skip fresh",
+    }
+    # Without the fresh runs nothing is published: cold is timed as before.
+    assert stub.registry_calls["cold"] == ([], None)
+
+
+def test_bench_without_the_registry_skips_the_fresh_runs(root, tmp_path, no_docker, monkeypatch):
+    monkeypatch.setattr(bench, "registry_installed", lambda: False)
+    stub = StubBench(options(root, tmp_path, skip={"doc", "distro"}), tmp_path)
+    stub.all()
+    assert [call[0] for call in stub.calls] == ["cold", "unchanged", "seed", "one-bump"]
+    assert (
+        "docker-registry (the CNCF distribution registry) is not installed"
+        in (stub.skipped["fresh-unchanged"])
+    )
+    assert stub.skipped["fresh-one-bump"] == stub.skipped["fresh-unchanged"]
+    assert stub.registry_calls["cold"] == ([], None)
+
+
+def test_a_registry_that_does_not_start_fails_the_bench(root, tmp_path, no_docker, monkeypatch):
+    @contextmanager
+    def broken(directory, access_log=False):
+        raise localregistry.RegistryError("docker-registry exited with 1: bind: address in use")
+        yield
+
+    monkeypatch.setattr(bench, "local_registry", broken)
+    stub = StubBench(options(root, tmp_path), tmp_path)
+    with pytest.raises(bench.BenchError, match="registry did not start: docker-registry exited"):
+        stub.all()
+    assert stub.calls == []
 
 
 class FakeBench:
@@ -384,3 +487,340 @@ def test_other_options_go_to_efa_image_build():
     )
     assert args.mirror == "/m" and args.skip == ["doc"]
     assert rest == ["--extra-var", "a=b"]
+
+
+# The fresh machine and the bench's registry -----------------------------------------
+
+BLOB = "/v2/test/blobs/sha256:c5f05f5ecf52c9ae3dbc9898dacf43c5885ca5edd1eaa03b344f53d41f71e0fd"
+# Lines docker-registry 2.8.2 (Debian 12) wrote with its access log on, answering curl:
+# the access log on stdout, its own messages (here with GET in them) on stderr.
+ACCESS_LOG = "\n".join(
+    [
+        'time="2026-12-04T20:10:37.725860861Z" level=warning msg="No HTTP secret provided '
+        '- generated random secret." go.version=go1.19.8 version=2.8.2+ds1',
+        '127.0.0.1 - - [04/Dec/2026:20:10:39 +0000] "GET /v2/ HTTP/1.1" 200 2 "" "curl/7.88.1"',
+        '127.0.0.1 - - [04/Dec/2026:20:10:39 +0000] "POST /v2/test/blobs/uploads/ HTTP/1.1" '
+        '202 0 "" "curl/7.88.1"',
+        f'127.0.0.1 - - [04/Dec/2026:20:10:44 +0000] "GET {BLOB} HTTP/1.1" 200 100000 "" '
+        '"curl/7.88.1"',
+        # HEAD: the size a GET would have sent, but nothing moved.
+        f'127.0.0.1 - - [04/Dec/2026:20:10:44 +0000] "HEAD {BLOB} HTTP/1.1" 200 0 "" "curl/7.88.1"',
+        f'127.0.0.1 - - [04/Dec/2026:20:10:39 +0000] "HEAD {BLOB} HTTP/1.1" 404 157 "" '
+        '"curl/7.88.1"',
+        f'127.0.0.1 - - [04/Dec/2026:20:10:44 +0000] "GET {BLOB} HTTP/1.1" 206 1000 "" '
+        '"curl/7.88.1"',
+        'time="2026-12-04T20:10:39.321896784Z" level=error msg="response completed with error" '
+        'err.code="manifest unknown" http.request.method=GET http.response.status=404 '
+        "http.response.written=96",
+        '127.0.0.1 - - [04/Dec/2026:20:10:39 +0000] "GET /v2/test/manifests/latest HTTP/1.1" '
+        '404 96 "" "curl/7.88.1"',
+        '127.0.0.1 - - [04/Dec/2026:20:10:39 +0000] "GET /v2/_catalog HTTP/1.1" 200 20 '
+        '"http://ref" "docker/24.0 go/1.20 \\"quoted\\""',
+    ]
+)
+ACCESS_LOG_GET_BYTES = 2 + 100000 + 1000 + 96 + 20
+REG = "127.0.0.1:5000"
+
+
+def test_registry_bytes_are_the_responses_to_gets():
+    assert localregistry.get_bytes(ACCESS_LOG.splitlines()) == ACCESS_LOG_GET_BYTES
+    assert localregistry.get_bytes([]) == 0
+
+
+def test_registry_bytes_between_two_offsets_of_its_log(tmp_path):
+    log = tmp_path / localregistry.LOG
+    log.write_text(ACCESS_LOG + "\n")
+    start = localregistry.log_offset(log)
+    with log.open("a") as file:
+        file.write(
+            f'127.0.0.1 - - [04/Dec/2026:20:11:00 +0000] "GET {BLOB} HTTP/1.1" 200 7 "" ""\n'
+        )
+    end = localregistry.log_offset(log)
+    assert localregistry.bytes_sent(log, start, end) == 7
+    assert localregistry.bytes_sent(log, 0, end) == ACCESS_LOG_GET_BYTES + 7
+    assert localregistry.bytes_sent(log, end, end) == 0
+
+
+def test_registry_access_log_only_when_asked(tmp_path):
+    # docker-registry logs every request unless its configuration says otherwise.
+    assert localregistry.config(tmp_path, 5000)["log"]["accesslog"] == {"disabled": True}
+    on = localregistry.config(tmp_path, 5000, access_log=True)
+    assert on["log"] == {"level": "warn", "accesslog": {"disabled": False}}
+
+
+@pytest.mark.skipif(not shutil.which(localregistry.REGISTRY), reason="no docker-registry")
+def test_registry_bytes_from_a_real_registry(tmp_path):
+    """A blob pushed and read twice: the access log holds both reads, and nothing of the HEAD."""
+    blob = os.urandom(123456)
+    digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+    directory = tmp_path / "registry"
+    with localregistry.local_registry(directory, access_log=True) as address:
+        opener = localregistry.OPENER
+        blobs = f"http://{address}/v2/bench/blobs"
+        upload = opener.open(Request(f"{blobs}/uploads/", method="POST"))
+        location = upload.headers["Location"]
+        headers = {"Content-Type": "application/octet-stream"}
+        opener.open(Request(f"{location}&digest={digest}", blob, headers, method="PUT"))
+        log = directory / localregistry.LOG
+        start = localregistry.log_offset(log)
+        for _ in range(2):
+            assert opener.open(f"{blobs}/{digest}").read() == blob
+        opener.open(Request(f"{blobs}/{digest}", method="HEAD"))
+        # The registry logs a request once its handler returned, which may be a moment
+        # after the client has read the whole response.
+        deadline = time.monotonic() + 5
+        while log.read_bytes()[start:].count(b" HTTP/1.1") < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        end = localregistry.log_offset(log)
+        assert localregistry.bytes_sent(log, start, end) == 2 * len(blob)
+    quiet = tmp_path / "quiet"
+    with localregistry.local_registry(quiet) as address:
+        localregistry.OPENER.open(f"http://{address}/v2/").read()
+    assert '"GET /v2/ ' not in (quiet / localregistry.LOG).read_text()
+
+
+def fresh_runs(bump_seconds=184.4):
+    runs = {
+        **ISSUE_RUNS,
+        "doc-one-bump": run("doc-one-bump", 455, 1950),
+        "fresh-unchanged": run("fresh-unchanged", 41, 703, details={"registry_bytes": 703 * MB}),
+        "fresh-one-bump": run(
+            "fresh-one-bump", bump_seconds, 700, details={"registry_bytes": 40 * MB}
+        ),
+    }
+    return runs
+
+
+def test_ratios_of_the_fresh_machine_against_the_recipe_and_its_cold():
+    ratios = bench.compute_ratios(fresh_runs())
+    assert ratios["fresh_unchanged_vs_doc_cold"] == pytest.approx(41 / 461, abs=1e-3)
+    assert ratios["fresh_one_bump_vs_doc_cold"] == 0.4
+    assert ratios["fresh_one_bump_vs_doc_one_bump"] == pytest.approx(184.4 / 455, abs=1e-3)
+    assert ratios["fresh_one_bump_vs_cold"] == pytest.approx(184.4 / 606, abs=1e-3)
+    for key in ("fresh_unchanged_vs_doc_cold", "fresh_one_bump_vs_doc_one_bump"):
+        assert bench.compute_ratios(ISSUE_RUNS)[key] is None
+    # No targets for these: they are measured, not judged.
+    assert not [t for t in bench.TARGETS if t.key.startswith("fresh")]
+
+
+def test_table_shows_the_fresh_machine_beside_the_project():
+    report = bench.make_report({"names": NAMES}, fresh_runs(), {})
+    lines = bench.render_table(report).splitlines()
+    project = lines.index(next(line for line in lines if line.startswith("| efa-reduced/portable")))
+    fresh = lines[project + 1]
+    assert fresh == (
+        "| efa-reduced/portable, fresh machine, warm registry | - "
+        "| 41.0 s (0.09x doc cold), 703 MB from the registry "
+        "| 184 s (0.40x doc cold, 0.41x doc one-bump, 0.30x cold), 40 MB from the registry "
+        "| - | - |"
+    )
+
+
+def test_table_says_why_the_fresh_machine_was_left_out():
+    skipped = {"fresh-unchanged": "--skip fresh", "fresh-one-bump": "--skip fresh"}
+    report = bench.make_report({"names": NAMES}, ISSUE_RUNS, skipped)
+    table = bench.render_table(report)
+    assert "| efa-reduced/portable, fresh machine, warm registry | skipped: --skip fresh |" in table
+    # A fresh-unchanged without its one-bump (which failed) still shows.
+    runs = {**ISSUE_RUNS, "fresh-unchanged": run("fresh-unchanged", 41, 703)}
+    table = bench.render_table(bench.make_report({"names": NAMES}, runs, {}))
+    assert "warm registry | - | 41.0 s (0.09x doc cold) | - | - | - |" in table
+
+
+def test_project_run_reads_where_a_reused_image_came_from():
+    pulled = f"{REG}/efa-image-bench@sha256:" + "a" * 64
+    assert bench.project_run("x", "x", 1, {"reused_from": pulled}, BASE).reused_from == pulled
+    assert bench.project_run("x", "x", 1, {"reused_from": ""}, BASE).reused_from == ""
+    assert bench.project_run("x", "x", 1, {}, BASE).reused_from is None
+
+
+def reported(name, fingerprint="f1", stages=None, **kwargs):
+    details = {"build_report": {"fingerprint": fingerprint, "stages": stages or {}}}
+    return run(name, 10, details=details, **kwargs)
+
+
+def test_fresh_notes_say_where_the_fresh_runs_took_things_from():
+    pulled = f"{REG}/efa-image-bench@sha256:" + "a" * 64
+    cold = reported("cold")
+    cold.details["registry_options"] = bench.publish_options(REG, Path("/c/builds"))
+    runs = {
+        "cold": cold,
+        "fresh-unchanged": reported("fresh-unchanged", reused_from=pulled),
+        "fresh-one-bump": reported(
+            "fresh-one-bump",
+            stages={"fetch": 12.34, "packer build": 90.0},
+            build_cache={
+                "libfabric": "registry",
+                "openmpi": "registry",
+                "nccl": "miss",
+                "aws_ofi_nccl": "miss",
+            },
+        ),
+    }
+    assert bench.fresh_notes(runs) == [
+        "cold: also pushed its compiled components and its image to the bench's registry on "
+        "loopback, and its time includes that",
+        "fresh-one-bump: from the registry: libfabric, openmpi; compiled: nccl, aws_ofi_nccl",
+        "fresh-one-bump: 12.3 s of its time fetched the artifacts into its empty cache, as on "
+        "a fresh machine (the recipe's context is prepared untimed)",
+    ]
+    assert bench.fresh_notes({"cold": reported("cold")}) == []
+
+
+def test_fresh_notes_say_when_fresh_unchanged_did_not_pull():
+    def note(**kwargs):
+        runs = {"cold": reported("cold"), "fresh-unchanged": reported("fresh-unchanged", **kwargs)}
+        (text,) = bench.fresh_notes(runs)
+        return text
+
+    assert "its fingerprint differs from the cold run's" in note(reused_from="", fingerprint="f2")
+    assert "(the pushed image was not taken)" in note(reused_from="")
+    assert note(reused_from="local").startswith("fresh-unchanged: reused a local image")
+    assert "does not say where its image came from" in note()
+
+
+def test_registry_options_of_the_cold_and_fresh_runs():
+    assert bench.publish_options(REG, Path("/w/cache/builds")) == [
+        "--build-cache", f"/w/cache/builds,oci://{REG}/efa-image-bench-cache",
+        "--push", f"{REG}/efa-image-bench",
+    ]  # fmt: skip
+    assert bench.fresh_options(REG) == [
+        "--build-cache", f"oci://{REG}/efa-image-bench-cache",
+        "--reuse-from", f"{REG}/efa-image-bench",
+    ]  # fmt: skip
+
+
+def test_project_images_are_the_project_runs_never_the_recipes_or_the_base():
+    runs = {
+        "cold": run("cold", 1, image="sha256:c"),
+        "unchanged": run("unchanged", 1, image="sha256:c"),
+        "doc-cold": run("doc-cold", 1, image="efa-image-bench:aws-doc-recipe"),
+        "one-bump": run("one-bump", 1, image="sha256:b"),
+        "distro-cold": run("distro-cold", 1, image="sha256:base"),
+        "fresh-unchanged": run("fresh-unchanged", 1),
+    }
+    assert bench.project_images(runs, keep=["sha256:base", None]) == ["sha256:c", "sha256:b"]
+
+
+def git(repo, *args):
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_checkout_is_the_working_tree_as_it_is(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "roles/a/tasks").mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("build/\n*.log\n")
+    (repo / "tracked.txt").write_text("committed")
+    (repo / "roles/a/tasks/main.yml").write_text("- name: a\n")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    (repo / "gone.txt").write_text("deleted later")
+    (repo / "link").symlink_to("tracked.txt")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "c")
+    # What is not committed: a change, a new file, a deletion, and files git ignores.
+    (repo / "tracked.txt").write_text("changed")
+    (repo / "new.yml").write_text("new")
+    (repo / "gone.txt").unlink()
+    (repo / "build").mkdir()
+    (repo / "build/out").write_text("ignored")
+    (repo / "debug.log").write_text("ignored")
+    dest = bench.make_checkout(repo, tmp_path / "checkout")
+    files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if not p.is_dir())
+    assert files == [".gitignore", "link", "new.yml", "roles/a/tasks/main.yml", "run.sh",
+                     "tracked.txt"]  # fmt: skip
+    assert (dest / "tracked.txt").read_text() == "changed"
+    assert os.readlink(dest / "link") == "tracked.txt"
+    assert os.access(dest / "run.sh", os.X_OK)
+    with pytest.raises(bench.BenchError, match="git ls-files"):
+        bench.make_checkout(tmp_path / "checkout", tmp_path / "again")
+
+
+def test_a_checkout_of_this_project_builds_with_its_own_code(root, tmp_path):
+    checkout = bench.make_checkout(root, tmp_path / "checkout")
+    assert (checkout / "src/efa_image/paths.py").is_file()
+    bench.check_checkout(checkout)
+    # A directory without the package would import the virtualenv's: refused.
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(bench.BenchError, match="would build with efa_image from"):
+        bench.check_checkout(tmp_path / "empty")
+
+
+def test_project_run_from_the_checkout_counts_what_it_took_from_the_registry(
+    root, tmp_path, no_docker, monkeypatch
+):
+    stub = bench.Bench(options(root, tmp_path), tmp_path)
+    log = tmp_path / localregistry.LOG
+    log.write_text(ACCESS_LOG + "\n")  # the earlier runs'
+    stub.registry_log = log
+    seen = {}
+    pulled = f"{REG}/efa-image-bench@sha256:" + "a" * 64
+
+    def build(argv, env=None, cwd=None):
+        seen.update(argv=argv, env=env, cwd=cwd)
+        report = {"image": "sha256:abc", "image_bytes": 703 * MB, "reused_from": pulled}
+        Path(argv[argv.index("--report") + 1]).write_text(json.dumps(report))
+        with log.open("a") as file:
+            file.write(f'127.0.0.1 - - [x] "GET {BLOB} HTTP/1.1" 200 {703 * MB} "" "docker"\n')
+
+    monkeypatch.setattr(bench, "_stream", build)
+    checkout, cache = tmp_path / "checkout", tmp_path / "fresh-cache"
+    fresh = bench.fresh_options(REG)
+    got = stub.project("fresh-one-bump", "portable", cache, False, True, fresh, checkout)
+    assert seen["cwd"] == checkout
+    assert seen["env"] == {
+        "EFA_IMAGE_CACHE": str(cache),
+        "EFA_IMAGE_BUILD_CACHE": str(cache / "builds"),
+        "PYTHONPATH": str(checkout / "src"),
+        "EFA_IMAGE_ROOT": str(checkout),
+    }
+    argv = seen["argv"]
+    assert argv[:4] == [sys.executable, "-m", "efa_image", "build"]
+    assert argv[argv.index("--lock-overlay") + 1] == str(checkout / bench.BUMP_OVERLAY)
+    assert argv[-4:] == fresh and "--rebuild" not in argv
+    assert got.details["registry_bytes"] == 703 * MB
+    assert got.details["registry_options"] == fresh
+    assert got.reused_from == pulled
+    # Without the registry: the first checkout, no bytes counted.
+    stub.registry_log = None
+    got = stub.project("cold", "portable", tmp_path / "cache", True, False)
+    assert seen["cwd"] == root and "PYTHONPATH" not in seen["env"]
+    assert "--rebuild" in seen["argv"] and "registry_bytes" not in got.details
+
+
+def test_removing_the_project_images_forces_them_out_and_fails_if_one_stays(
+    root, tmp_path, no_docker, monkeypatch
+):
+    from efa_image.building import base
+
+    present = {"efa-image/base:debian13": "sha256:base", "sha256:c": "sha256:c"}
+    present["sha256:b"] = "sha256:b"
+    removed = []
+
+    def docker_rm(argv, **kwargs):
+        removed.append(argv[-1])
+        if argv[-1] != "sha256:stuck":
+            present.pop(argv[-1], None)
+        return subprocess.CompletedProcess(argv, 1, "", "image is in use by a container")
+
+    stub = bench.Bench(options(root, tmp_path), tmp_path)
+    monkeypatch.setattr(base, "image_id", present.get)
+    monkeypatch.setattr(bench.subprocess, "run", docker_rm)
+    stub.runs = {
+        "cold": run("cold", 1, image="sha256:c"),
+        "unchanged": run("unchanged", 1, image="sha256:c"),
+        "distro-cold": run("distro-cold", 1, image="sha256:base"),
+        "one-bump": run("one-bump", 1, image="sha256:b"),
+    }
+    stub.remove_project_images()
+    assert removed == ["sha256:c", "sha256:b"]
+    assert "efa-image/base:debian13" in present
+    present["sha256:stuck"] = "sha256:stuck"
+    stub.runs["fresh-unchanged"] = run("fresh-unchanged", 1, image="sha256:stuck")
+    with pytest.raises(bench.BenchError, match=r"could not remove sha256:stuck .*in use"):
+        stub.remove_project_images()

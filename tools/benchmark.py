@@ -8,7 +8,20 @@
 - bench/aws-doc-recipe/Dockerfile, AWS's "Run training with EFA" steps with the
   portable profile's sources and the same base image: cold (`docker build
   --no-cache`), unchanged (the layer cache) and one-bump (the same bump);
-- the `distro` profile cold (empty caches), or a stated reason why not.
+- the `distro` profile cold (empty caches), or a stated reason why not;
+- a fresh machine with a warm registry: the bench starts the CNCF distribution
+  registry on loopback (tools/localregistry.py) for all its runs, and the cold
+  run also publishes into it (`--build-cache DIR,oci://REG/efa-image-bench-cache
+  --push REG/efa-image-bench`: every compiled component, and the verified image
+  with its fingerprint record). Then, from a second checkout (a copy of this
+  working tree's files, so uncommitted changes keep their fingerprint), with an
+  empty artifact and build cache and without the images the project's runs
+  built, fresh-unchanged (which should pull the pushed image) and fresh-one-bump
+  (which should take libfabric and Open MPI from the registry and compile the
+  rest). The base image stays, as on any machine that builds on it: its ID is
+  part of the fingerprint. The recipe's images stay too; no fresh run uses them.
+  Each project run records the bytes it took from the registry (the registry's
+  access log: the responses to its GETs).
 
 It writes build/bench/FLAVOR-PROFILE.json (every run, the ratios and the
 targets of issue 12) and prints a short table. A failing run stops the bench
@@ -22,6 +35,7 @@ preparing the recipe's build context is timed apart and not counted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -30,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +53,7 @@ from efa_image.artifacts.artifact_store import ArtifactError, Store, digest_of
 from efa_image.artifacts.lock import Artifact, Lock
 from efa_image.errors import EfaImageError
 from efa_image.paths import project_root
+from localregistry import LOG, REGISTRY, RegistryError, bytes_sent, local_registry, log_offset
 
 DOC_DOCKERFILE = Path("bench/aws-doc-recipe/Dockerfile")
 BUMP_OVERLAY = Path("bench/lock-overlays/nccl-wheel-bump.yml")
@@ -49,6 +64,8 @@ DISTRO_PROFILE = "distro"
 # Bench images stay apart from `make image`'s: the one-bump would otherwise
 # leave efa-image:FLAVOR-PROFILE holding an NCCL the lock does not name.
 REPOSITORY = "efa-image-bench"
+# In the bench's registry: the cold run's compiled components (build cache entries).
+CACHE_REPOSITORY = f"{REPOSITORY}-cache"
 # Lock component -> the recipe's (version ARG, file ARG).
 DOC_ARGS: dict[str, tuple[str, str]] = {
     "libfabric": ("LIBFABRIC_VERSION", "LIBFABRIC_ARCHIVE"),
@@ -59,7 +76,8 @@ DOC_ARGS: dict[str, tuple[str, str]] = {
 PROJECT_RUNS = ("cold", "unchanged", "one-bump")
 DOC_RUNS = ("doc-cold", "doc-unchanged", "doc-one-bump")
 DISTRO_RUN = "distro-cold"
-SKIPPABLE = ("one-bump", "doc", "doc-one-bump", "distro")
+FRESH_RUNS = ("fresh-unchanged", "fresh-one-bump")
+SKIPPABLE = ("one-bump", "doc", "doc-one-bump", "distro", "fresh")
 # The recipe's image must hold what it claims before its times mean anything:
 # libfabric with the efa provider, the Open MPI and the NCCL of the lock.
 DOC_CHECK = r"""
@@ -93,8 +111,10 @@ class Run:
     image: str = ""
     image_bytes: int = 0
     base_bytes: int = 0
-    # Whether `efa-image build` reused an unchanged image (None: it does not say).
+    # Whether `efa-image build` reused an unchanged image (None: it does not say), and
+    # where from: "" (built), "local", or the registry reference it pulled.
     reused: bool | None = None
+    reused_from: str | None = None
     build_cache: dict[str, str] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -157,6 +177,14 @@ def compute_ratios(runs: Mapping[str, Run]) -> dict[str, float | None]:
         "distro_added_vs_doc": ratio(size(DISTRO_RUN, added=True), size("doc-cold", added=True)),
         "doc_unchanged_seconds": seconds("doc-unchanged"),
         "doc_one_bump_vs_doc_cold": ratio(seconds("doc-one-bump"), seconds("doc-cold")),
+        # A fresh machine has no layer cache, so the recipe's counterpart there is its cold
+        # build, not doc-unchanged. Its one-bump reused only the layers before the versions
+        # (the base and Debian's packages), which a fresh machine would build as well: a
+        # comparison that favours the recipe.
+        "fresh_unchanged_vs_doc_cold": ratio(seconds("fresh-unchanged"), seconds("doc-cold")),
+        "fresh_one_bump_vs_doc_cold": ratio(seconds("fresh-one-bump"), seconds("doc-cold")),
+        "fresh_one_bump_vs_doc_one_bump": ratio(seconds("fresh-one-bump"), seconds("doc-one-bump")),
+        "fresh_one_bump_vs_cold": ratio(seconds("fresh-one-bump"), seconds("cold")),
     }
 
 
@@ -200,44 +228,70 @@ def render_table(report: Mapping[str, Any]) -> str:
     """The issue's table from a report: one row per build, then the targets."""
     runs: Mapping[str, Mapping[str, Any]] = report.get("runs", {})
     ratios: Mapping[str, float | None] = report.get("ratios", {})
+    skipped: Mapping[str, str] = report.get("skipped", {})
 
-    def cell(name: str, key: str) -> Any:
-        return runs.get(name, {}).get(key)
+    def cell(name: str | None, key: str) -> Any:
+        return runs.get(name, {}).get(key) if name else None
+
+    def versus(text: str, *comparisons: tuple[str | None, str]) -> str:
+        parts = [
+            f"{_times(ratios[key])} {what}"
+            for key, what in comparisons
+            if key and ratios.get(key) is not None
+        ]
+        return f"{text} ({', '.join(parts)})" if parts else text
+
+    def pulled(text: str, name: str) -> str:
+        moved = (cell(name, "details") or {}).get("registry_bytes")
+        return text if moved is None else f"{text}, {moved / 1e6:.0f} MB from the registry"
+
+    def build_row(label: str, names: Sequence[str | None], keys: Sequence[str | None]) -> str:
+        """cold, unchanged, one-bump; the cold run's and image's ratios against the recipe."""
+        cold, unchanged, bump = names
+        cold_key, image_key = keys
+        if cold not in runs:
+            return f"| {label} | skipped: {skipped.get(cold or '', 'not run')} | | | | |"
+        bump_key = "one_bump_vs_cold" if bump == "one-bump" else None
+        cells = [
+            versus(_seconds(cell(cold, "seconds")), (cold_key, "doc")),
+            _seconds(cell(unchanged, "seconds")) if unchanged else "-",
+            versus(_seconds(cell(bump, "seconds")), (bump_key, "cold")) if bump else "-",
+            versus(_megabytes(cell(cold, "image_bytes")), (image_key, "doc")),
+            _megabytes(cell(cold, "added_bytes")),
+        ]
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    def fresh_row(label: str) -> str:
+        """The second checkout's runs: no cold of their own, and the images are the others'."""
+        unchanged, bump = FRESH_RUNS
+        if unchanged not in runs and bump not in runs:
+            return f"| {label} | skipped: {skipped.get(unchanged, 'not run')} | | | | |"
+        unchanged_cell = versus(
+            _seconds(cell(unchanged, "seconds")), ("fresh_unchanged_vs_doc_cold", "doc cold")
+        )
+        bump_cell = versus(
+            _seconds(cell(bump, "seconds")),
+            ("fresh_one_bump_vs_doc_cold", "doc cold"),
+            ("fresh_one_bump_vs_doc_one_bump", "doc one-bump"),
+            ("fresh_one_bump_vs_cold", "cold"),
+        )
+        cells = ["-", pulled(unchanged_cell, unchanged), pulled(bump_cell, bump), "-", "-"]
+        return f"| {label} | " + " | ".join(cells) + " |"
 
     names = report.get("names", {})
-    # label, runs (cold, unchanged, one-bump), ratio keys (cold, image) against the recipe
-    rows = [
-        ("AWS doc recipe (Dockerfile)", DOC_RUNS, (None, None)),
-        (names.get("project", "project"), PROJECT_RUNS, ("cold_vs_doc", "image_vs_doc")),
-        (
+    project = names.get("project", "project")
+    lines = [
+        "| build | cold | unchanged | one-bump | image | added on base |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        build_row("AWS doc recipe (Dockerfile)", DOC_RUNS, (None, None)),
+        build_row(project, PROJECT_RUNS, ("cold_vs_doc", "image_vs_doc")),
+        fresh_row(f"{project}, fresh machine, warm registry"),
+        build_row(
             names.get("distro", DISTRO_PROFILE),
             (DISTRO_RUN, None, None),
             ("distro_cold_vs_doc", "distro_image_vs_doc"),
         ),
     ]
-
-    def versus(text: str, key: str | None, what: str) -> str:
-        value = ratios.get(key) if key else None
-        return text if value is None else f"{text} ({_times(value)} {what})"
-
-    lines = [
-        "| build | cold | unchanged | one-bump | image | added on base |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for label, (cold, unchanged, bump), (cold_key, image_key) in rows:
-        if cold not in runs:
-            reason = report.get("skipped", {}).get(cold, "not run")
-            lines.append(f"| {label} | skipped: {reason} | | | | |")
-            continue
-        bump_key = "one_bump_vs_cold" if bump == "one-bump" else None
-        cells = [
-            versus(_seconds(cell(cold, "seconds")), cold_key, "doc"),
-            _seconds(cell(unchanged, "seconds")) if unchanged else "-",
-            versus(_seconds(cell(bump, "seconds")), bump_key, "cold") if bump else "-",
-            versus(_megabytes(cell(cold, "image_bytes")), image_key, "doc"),
-            _megabytes(cell(cold, "added_bytes")),
-        ]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "| target | measured | limit | result |", "| --- | ---: | ---: | --- |"]
     for target in report.get("targets", []):
         unit = target["unit"]
@@ -315,6 +369,7 @@ def project_run(
     """A Run from a build report, read defensively: fields may come and go."""
     build_cache = report.get("build_cache")
     reused = report.get("reused")
+    reused_from = report.get("reused_from")
     return Run(
         name=name,
         label=label,
@@ -323,6 +378,7 @@ def project_run(
         image_bytes=int(report.get("image_bytes") or 0),
         base_bytes=base_bytes,
         reused=reused if isinstance(reused, bool) else None,
+        reused_from=reused_from if isinstance(reused_from, str) else None,
         build_cache=dict(build_cache) if isinstance(build_cache, Mapping) else {},
         details={"build_report": dict(report)},
     )
@@ -348,6 +404,66 @@ def cache_notes(runs: Mapping[str, Run], bumped: Sequence[str]) -> list[str]:
     return notes
 
 
+# The build report's build_cache values, as a note names them.
+BUILD_CACHE_STATES = {
+    "registry": "from the registry",
+    "hit": "from the local cache",
+    "miss": "compiled",
+    "off": "build cache off",
+}
+
+
+def fresh_notes(runs: Mapping[str, Run]) -> list[str]:
+    """Where the fresh machine's runs took their image and components from."""
+    notes = []
+    cold = runs.get("cold")
+    if cold and cold.details.get("registry_options"):
+        notes.append(
+            "cold: also pushed its compiled components and its image to the bench's registry "
+            "on loopback, and its time includes that"
+        )
+    unchanged = runs.get("fresh-unchanged")
+    if unchanged and unchanged.reused_from is None:
+        notes.append("fresh-unchanged: the build report does not say where its image came from")
+    elif unchanged and unchanged.reused_from == "local":
+        notes.append(
+            "fresh-unchanged: reused a local image, though its cache was empty and the bench "
+            "had removed the project's images"
+        )
+    elif unchanged and unchanged.reused_from == "":
+        fingerprints = {
+            run.details.get("build_report", {}).get("fingerprint")
+            for run in (cold, unchanged)
+            if run
+        }
+        why = (
+            "its fingerprint differs from the cold run's"
+            if len(fingerprints) > 1
+            else "the pushed image was not taken"
+        )
+        notes.append(
+            f"fresh-unchanged: built the image instead of pulling the pushed one ({why}), "
+            "so its time is a build's"
+        )
+    bump = runs.get("fresh-one-bump")
+    if bump and bump.build_cache:
+        parts = []
+        for state, what in BUILD_CACHE_STATES.items():
+            names = [name for name, got in bump.build_cache.items() if got == state]
+            if names:
+                parts.append(f"{what}: {', '.join(names)}")
+        notes.append("fresh-one-bump: " + "; ".join(parts or ["no compiled components"]))
+    if bump:
+        stages = bump.details.get("build_report", {}).get("stages", {})
+        fetch = stages.get("fetch") if isinstance(stages, Mapping) else None
+        if fetch:
+            notes.append(
+                f"fresh-one-bump: {_seconds(fetch)} of its time fetched the artifacts into its "
+                "empty cache, as on a fresh machine (the recipe's context is prepared untimed)"
+            )
+    return notes
+
+
 def run_notes(machine: Mapping[str, Any], runs: Mapping[str, Run]) -> list[str]:
     """What a reader of the times must know about how they were taken."""
     notes = []
@@ -364,6 +480,96 @@ def run_notes(machine: Mapping[str, Any], runs: Mapping[str, Run]) -> list[str]:
             "ran beside the bench, so its times are longer than on an idle machine"
         )
     return notes
+
+
+def registry_installed() -> bool:
+    return shutil.which(REGISTRY) is not None
+
+
+def publish_options(registry: str, local_cache: Path) -> list[str]:
+    """The cold run's: its compiled components and its verified image into the registry."""
+    return [
+        "--build-cache", f"{local_cache},oci://{registry}/{CACHE_REPOSITORY}",
+        "--push", f"{registry}/{REPOSITORY}",
+    ]  # fmt: skip
+
+
+def fresh_options(registry: str) -> list[str]:
+    """The fresh runs': components and the verified image from the registry where it has them."""
+    return [
+        "--build-cache", f"oci://{registry}/{CACHE_REPOSITORY}",
+        "--reuse-from", f"{registry}/{REPOSITORY}",
+    ]  # fmt: skip
+
+
+def project_images(runs: Mapping[str, Run], keep: Sequence[str | None] = ()) -> list[str]:
+    """The image IDs the project's runs reported (the recipe's runs report tags), once each."""
+    images = [
+        run.image
+        for name, run in runs.items()
+        if name not in DOC_RUNS and run.image.startswith("sha256:") and run.image not in keep
+    ]
+    return list(dict.fromkeys(images))
+
+
+def checkout_files(root: Path) -> list[str]:
+    """The working tree's tracked files and the untracked ones git does not ignore."""
+    listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--deduplicate"]
+    proc = subprocess.run(["git", "-C", str(root), *listing], capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise BenchError(f"{root}: `git ls-files` failed: {proc.stderr.decode().strip()}")
+    return [os.fsdecode(name) for name in proc.stdout.split(b"\0") if name]
+
+
+def make_checkout(root: Path, dest: Path) -> Path:
+    """A second checkout of the working tree as it is now, in dest.
+
+    A copy rather than a clone of HEAD: uncommitted changes are inputs of the
+    fingerprint, and the fresh runs must have the cold run's."""
+    for name in checkout_files(root):
+        source = root / name
+        # A tracked file deleted in the working tree is not part of it.
+        if not source.is_file() and not source.is_symlink():
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+    return dest
+
+
+def checkout_env(checkout: Path) -> dict[str, str]:
+    """`efa-image build` with the second checkout's code, roles and playbooks.
+
+    EFA_IMAGE_ROOT wins over where efa_image was imported from (efa_image.paths), and
+    PYTHONPATH comes before the virtualenv's editable install of the first checkout."""
+    return {"PYTHONPATH": str(checkout / "src"), "EFA_IMAGE_ROOT": str(checkout)}
+
+
+CHECKOUT_PROBE = (
+    "import efa_image, efa_image.paths; print(efa_image.__file__); "
+    "print(efa_image.paths.project_root())"
+)
+
+
+def check_checkout(checkout: Path) -> None:
+    """Fail unless a build in the checkout runs its code and finds its project root there."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECKOUT_PROBE],
+        env={**os.environ, **checkout_env(checkout)},
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(lines) != 2:
+        raise BenchError(f"{checkout}: efa_image does not import there: {proc.stderr.strip()}")
+    module, root = (Path(line).resolve() for line in lines)
+    if not module.is_relative_to(checkout.resolve()) or root != checkout.resolve():
+        raise BenchError(
+            f"the second checkout {checkout} would build with efa_image from {module.parent} "
+            f"and the project root {root}; a fresh run must use the checkout's"
+        )
 
 
 # Running the builds ---------------------------------------------------------------
@@ -387,10 +593,12 @@ def timed(action: Callable[[], object]) -> float:
     return time.monotonic() - start
 
 
-def _stream(argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+def _stream(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> None:
     from efa_image.runner import run_command
 
-    run_command(argv, stream=True, env=env)
+    run_command(argv, stream=True, env=env, cwd=cwd)
 
 
 def image_size(ref: str) -> int:
@@ -449,6 +657,9 @@ class Bench:
         self.runs: dict[str, Run] = {}
         self.skipped: dict[str, str] = {}
         self.base_bytes = 0
+        # The bench's registry while it serves: its address and its log.
+        self.registry: str | None = None
+        self.registry_log: Path | None = None
         # What the one-bump moves: name -> (version before, after).
         self.bumped = moved_components(self.lock(options.profile), self.lock(options.profile, True))
 
@@ -464,7 +675,18 @@ class Bench:
 
     # The project's builds ------------------------------------------------------------
 
-    def project(self, name: str, profile: str, cache: Path, cold: bool, bump: bool) -> Run:
+    def project(
+        self,
+        name: str,
+        profile: str,
+        cache: Path,
+        cold: bool,
+        bump: bool,
+        extra: Sequence[str] = (),
+        checkout: Path | None = None,
+    ) -> Run:
+        """`efa-image build`, timed; extra: options for the registry; checkout: run from there."""
+        root = checkout or self.options.root
         report = self.options.out / f"{self.options.flavor}-{self.options.profile}-{name}.json"
         report.unlink(missing_ok=True)
         argv = [
@@ -476,18 +698,32 @@ class Bench:
         if self.options.mirror:
             argv += ["--mirror", self.options.mirror]
         if bump:
-            argv += ["--lock-overlay", str(self.options.root / BUMP_OVERLAY)]
+            argv += ["--lock-overlay", str(root / BUMP_OVERLAY)]
         if cold:
             argv.append("--rebuild")
-        argv += self.options.build_options
+        argv += [*extra, *self.options.build_options]
         env = {"EFA_IMAGE_CACHE": str(cache), "EFA_IMAGE_BUILD_CACHE": str(cache / "builds")}
+        if checkout:
+            env.update(checkout_env(checkout))
         label = f"{self.options.flavor}/{profile} {name}"
-        print(f"==> bench: {label}: {' '.join(argv[1:])}", flush=True)
-        seconds = self._run(label, lambda: _stream(argv, env))
+        where = f" (in {checkout})" if checkout else ""
+        print(f"==> bench: {label}{where}: {' '.join(argv[1:])}", flush=True)
+        log = self.registry_log
+        start = log_offset(log) if log else 0
+        seconds = self._run(label, lambda: _stream(argv, env, cwd=root))
         run = project_run(name, label, seconds, read_build_report(report), self.base_bytes)
         if not run.image_bytes and run.image:
             run.image_bytes = image_size(run.image)
-        print(f"==> bench: {label}: {seconds:.1f} s, {run.image_bytes / 1e6:.0f} MB", flush=True)
+        if extra:
+            run.details["registry_options"] = list(extra)
+        moved = ""
+        if log:
+            run.details["registry_bytes"] = bytes_sent(log, start, log_offset(log))
+            moved = f", {run.details['registry_bytes'] / 1e6:.0f} MB from the registry"
+        print(
+            f"==> bench: {label}: {seconds:.1f} s, {run.image_bytes / 1e6:.0f} MB{moved}",
+            flush=True,
+        )
         return run
 
     # The doc recipe ------------------------------------------------------------------
@@ -563,30 +799,112 @@ class Bench:
         doc_lock = self.lock(DOC_PROFILE)
         bump_lock = self.lock(options.profile, bump=True)
         doc_tag = f"{REPOSITORY}:aws-doc-recipe"
-        self._add(self.project("cold", options.profile, cache, cold=True, bump=False))
-        self._add(self.project("unchanged", options.profile, cache, cold=False, bump=False))
-        if "doc" in options.skip:
-            for name in DOC_RUNS:
-                self.skipped[name] = "--skip doc"
-        else:
-            context = self.work / "doc-context"
-            self._add(self.doc("doc-cold", doc_lock, context, True, doc_tag))
-            self._add(self.doc("doc-unchanged", doc_lock, context, False, doc_tag))
-        if "one-bump" in options.skip:
-            self.skipped["one-bump"] = self.skipped["doc-one-bump"] = "--skip one-bump"
-        else:
-            self.seed(bump_lock, list(self.bumped), cache)
-            self._add(self.project("one-bump", options.profile, cache, cold=False, bump=True))
-            skip_doc = [name for name in ("doc", "doc-one-bump") if name in options.skip]
-            if skip_doc:
-                self.skipped["doc-one-bump"] = f"--skip {skip_doc[0]}"
+        with self.serving_registry():
+            # The cold run fills the registry the fresh runs take from (when they run).
+            publish = publish_options(self.registry, cache / "builds") if self.registry else []
+            self._add(
+                self.project("cold", options.profile, cache, cold=True, bump=False, extra=publish)
+            )
+            self._add(self.project("unchanged", options.profile, cache, cold=False, bump=False))
+            if "doc" in options.skip:
+                for name in DOC_RUNS:
+                    self.skipped[name] = "--skip doc"
             else:
-                doc_bump_lock = self.lock(DOC_PROFILE, bump=True)
-                context = self.work / "doc-context-one-bump"
-                self._add(
-                    self.doc("doc-one-bump", doc_bump_lock, context, False, f"{doc_tag}-one-bump")
+                context = self.work / "doc-context"
+                self._add(self.doc("doc-cold", doc_lock, context, True, doc_tag))
+                self._add(self.doc("doc-unchanged", doc_lock, context, False, doc_tag))
+            if "one-bump" in options.skip:
+                self.skipped["one-bump"] = self.skipped["doc-one-bump"] = "--skip one-bump"
+            else:
+                self.seed(bump_lock, list(self.bumped), cache)
+                self._add(self.project("one-bump", options.profile, cache, cold=False, bump=True))
+                skip_doc = [name for name in ("doc", "doc-one-bump") if name in options.skip]
+                if skip_doc:
+                    self.skipped["doc-one-bump"] = f"--skip {skip_doc[0]}"
+                else:
+                    doc_bump_lock = self.lock(DOC_PROFILE, bump=True)
+                    context = self.work / "doc-context-one-bump"
+                    tag = f"{doc_tag}-one-bump"
+                    self._add(self.doc("doc-one-bump", doc_bump_lock, context, False, tag))
+            self.distro()
+            self.fresh()
+
+    @contextlib.contextmanager
+    def serving_registry(self) -> Iterator[None]:
+        """The bench's registry on loopback through every run, where the fresh runs use it."""
+        reason = self.fresh_skip_reason()
+        if reason:
+            for name in FRESH_RUNS:
+                self.skipped[name] = reason
+            yield
+            return
+        directory = self.work / "registry"
+        with contextlib.ExitStack() as stack:
+            try:
+                address = stack.enter_context(local_registry(directory, access_log=True))
+            except RegistryError as exc:
+                raise BenchError(f"the bench's registry did not start: {exc}") from exc
+            self.registry, self.registry_log = address, directory / LOG
+            print(f"==> bench: registry {address}, access log {self.registry_log}", flush=True)
+            try:
+                yield
+            finally:
+                # Kept beside the report: the bytes each run took can be checked against it.
+                shutil.copyfile(self.registry_log, self.registry_log_copy())
+                self.registry = self.registry_log = None
+
+    def registry_log_copy(self) -> Path:
+        return self.options.out / f"{self.options.flavor}-{self.options.profile}-registry.log"
+
+    def fresh_skip_reason(self) -> str | None:
+        if "fresh" in self.options.skip:
+            return "--skip fresh"
+        if not registry_installed():
+            return f"{REGISTRY} (the CNCF distribution registry) is not installed: `make setup`"
+        return None
+
+    def fresh(self) -> None:
+        """A fresh machine with a warm registry: the second checkout, empty caches, and none
+        of the images the project's runs built (the base image and the recipe's stay)."""
+        if not self.registry:
+            return
+        checkout = make_checkout(self.options.root, self.work / "checkout")
+        check_checkout(checkout)
+        for name in FRESH_RUNS:
+            bump = name == "fresh-one-bump"
+            if bump and "one-bump" in self.options.skip:
+                self.skipped[name] = "--skip one-bump"
+                continue
+            self.remove_project_images()
+            cache = self.work / f"{name}-cache"
+            self._add(
+                self.project(
+                    name,
+                    self.options.profile,
+                    cache,
+                    cold=False,
+                    bump=bump,
+                    extra=fresh_options(self.registry),
+                    checkout=checkout,
                 )
-        self.distro()
+            )
+
+    def remove_project_images(self) -> None:
+        """Untag and remove every image the project's runs reported, never the base image."""
+        from efa_image.building import base
+
+        for image in project_images(self.runs, keep=[base.image_id(self.options.base_image)]):
+            proc = subprocess.run(
+                ["docker", "image", "rm", "--force", image],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if base.image_id(image):
+                raise BenchError(
+                    f"could not remove {image} before the fresh runs: {proc.stderr.strip()}"
+                )
+            print(f"==> bench: removed {image}", flush=True)
 
     def distro(self) -> None:
         if "distro" in self.options.skip:
@@ -632,9 +950,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="scripts/bench",
         description="Time the flavour and profile cold, unchanged and one-bump, the distro "
-        "profile cold, and AWS's documented recipe (bench/aws-doc-recipe) the same ways; "
-        "write build/bench/FLAVOR-PROFILE.json and print the table. Other options go to "
-        "`efa-image build`.",
+        "profile cold, AWS's documented recipe (bench/aws-doc-recipe) the same ways, and "
+        "unchanged and one-bump on a fresh machine that has the registry the cold run "
+        "pushed to; write build/bench/FLAVOR-PROFILE.json and print the table. Other "
+        "options go to `efa-image build`.",
     )
     parser.add_argument("flavor")
     parser.add_argument("profile")
@@ -705,7 +1024,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             name: {"from": old, "to": new} for name, (old, new) in bench.bumped.items()
         }
     info["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    notes = cache_notes(runs, list(info.get("bumped", {}))) + run_notes(info["machine"], runs)
+    notes = [
+        *cache_notes(runs, list(info.get("bumped", {}))),
+        *fresh_notes(runs),
+        *run_notes(info["machine"], runs),
+    ]
     report = make_report(info, runs, skipped, notes, failed)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print()
