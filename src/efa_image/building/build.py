@@ -173,7 +173,7 @@ def pull_verified(repository_text: str, plan: Plan, result: BuildResult) -> str 
         if ecr := ecr_of(repository):
             push.ecr_login(ecr, consequence="nothing was pulled")
         image = published.pull(repository, record)
-    except EfaImageError as exc:
+    except (EfaImageError, OSError, ValueError) as exc:
         print(f"reuse from {repository.ref}: {exc}; building", flush=True)
         return None
     fingerprint.record_verified(
