@@ -53,7 +53,7 @@ image: setup
 # fresh machine (a copy of the tree, empty caches, none of the bench's images)
 # from the loopback registry the cold run pushed to, with the ratios and targets
 # in build/bench/FLAVOR-PROFILE.json and docs/benchmark-results.md (not part of
-# `make test`; about 40 min here before the fresh-machine runs, which
+# `make test`; 22 min here with the fresh-machine runs, which
 # `scripts/bench FLAVOR PROFILE --skip fresh` leaves out). Plain `make bench` is
 # efa-reduced/portable: what this machine can build (FLAVOR= and PROFILE= given
 # on the command line or in the environment win).
