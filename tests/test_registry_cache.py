@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from efa_image.building import build, build_cache, fingerprint, published, registry_cache
+from efa_image.registry import credentials
 from efa_image.registry.client import DigestMismatch, RegistryError
 from efa_image.registry.reference import Repository
 from localplay import ROOT, run_playbook
@@ -290,4 +291,15 @@ def test_an_unreachable_registry_means_building_said_in_one_line(capsys):
     assert capsys.readouterr().out == (
         f"reuse from {address}/team/images: registry {address} is unreachable "
         "(connection refused); building\n"
+    )
+
+
+def test_a_docker_config_entry_that_is_not_base64_gives_no_credentials(tmp_path, monkeypatch):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"auths": {"r.example.com": {"auth": "%%%not base64"}}}))
+    assert credentials.from_docker_config("r.example.com", config) is None
+    good = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    config.write_text(json.dumps({"auths": {"https://r.example.com": {"auth": good}}}))
+    assert credentials.from_docker_config("r.example.com", config) == credentials.Credentials(
+        USER, PASSWORD
     )

@@ -94,7 +94,7 @@ class ActionModule(ActionBase):
             return registry_cache.publish(
                 registry_cache.client(where.registry), component, digest, path
             )
-        except (EfaImageError, OSError) as exc:
+        except (EfaImageError, OSError, ValueError) as exc:
             display.warning(f"build cache: {component} not published to the registry: {exc}")
             return False
 

@@ -95,10 +95,14 @@ def from_docker_config(registry: str, path: Path | None = None) -> Credentials |
     auths = config.get("auths") or {}
     for key in (registry, f"https://{registry}", f"http://{registry}"):
         encoded = (auths.get(key) or {}).get("auth")
-        if encoded:
+        if not encoded:
+            continue
+        try:
             username, sep, password = base64.b64decode(encoded).decode().partition(":")
-            if sep:
-                return Credentials(username, password)
+        except ValueError:  # not base64 or not UTF-8: as docker, no credentials from it
+            continue
+        if sep:
+            return Credentials(username, password)
     return None
 
 
