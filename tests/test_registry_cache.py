@@ -25,7 +25,7 @@ import yaml
 
 from efa_image.building import build, build_cache, fingerprint, published, registry_cache
 from efa_image.registry import credentials
-from efa_image.registry.client import DigestMismatch, RegistryError
+from efa_image.registry.client import DigestMismatch, RegistryError, for_repository
 from efa_image.registry.reference import Repository
 from localplay import ROOT, run_playbook
 from localregistry import free_port, local_registry
@@ -49,7 +49,7 @@ def registry(tmp_path):
 
 
 def cache(address: str) -> registry_cache.Client:
-    return registry_cache.client(Repository(address, "team/build-cache"))
+    return for_repository(Repository(address, "team/build-cache"))
 
 
 def test_an_entry_published_is_taken_back_whole_on_another_machine(registry, tmp_path):
@@ -189,7 +189,7 @@ def test_a_record_under_another_fingerprints_tag_is_refused(registry):
     """A record copied to the tag of another fingerprint must not make that build reuse it."""
     repository = Repository(registry, "team/images")
     published.publish(repository, record("a" * 64))
-    client = published.client(repository)
+    client = for_repository(repository)
     copied = client.manifest(published.record_tag("a" * 64))
     client.push_manifest(published.record_tag("c" * 64), copied.body)
     with pytest.raises(RegistryError, match="names another build"):

@@ -28,6 +28,7 @@ from ansible.utils.display import Display
 
 from efa_image.building import build_cache, registry_cache
 from efa_image.errors import EfaImageError
+from efa_image.registry.client import for_repository
 
 display = Display()
 
@@ -78,7 +79,7 @@ class ActionModule(ActionBase):
         assert where.directory and where.registry
         try:
             return registry_cache.fetch(
-                registry_cache.client(where.registry), component, digest, where.directory
+                for_repository(where.registry), component, digest, where.directory
             )
         except (EfaImageError, OSError, ValueError) as exc:
             display.warning(
@@ -91,9 +92,7 @@ class ActionModule(ActionBase):
     ) -> bool:
         assert where.registry
         try:
-            return registry_cache.publish(
-                registry_cache.client(where.registry), component, digest, path
-            )
+            return registry_cache.publish(for_repository(where.registry), component, digest, path)
         except (EfaImageError, OSError, ValueError) as exc:
             display.warning(f"build cache: {component} not published to the registry: {exc}")
             return False

@@ -23,8 +23,7 @@ import time
 from dataclasses import dataclass
 
 from efa_image.building import fingerprint, images
-from efa_image.registry import credentials
-from efa_image.registry.client import OCI_MANIFEST, Client, RegistryError, sha256_digest
+from efa_image.registry.client import RegistryError, for_repository
 from efa_image.registry.reference import Repository
 from efa_image.runner import CommandError, last_line, run_command
 
@@ -62,39 +61,22 @@ def record_tag(digest: str) -> str:
     return f"fingerprint-{digest}.verified"
 
 
-def client(repository: Repository) -> Client:
-    return Client(repository, lambda: credentials.for_repository(repository))
-
-
 def publish(repository: Repository, record: Record) -> str:
     """The record, after its image: REPOSITORY:TAG@DIGEST of the record's manifest."""
-    registry = client(repository)
     body = json.dumps(record.document(repository), indent=1, sort_keys=True).encode()
     config = json.dumps({"format": FORMAT, "fingerprint": record.fingerprint}).encode()
-    registry.push_blob(sha256_digest(body), len(body), body)
-    registry.push_blob(sha256_digest(config), len(config), config)
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": CONFIG_TYPE, "digest": sha256_digest(config), "size": len(config)},
-        "layers": [{"mediaType": RECORD_TYPE, "digest": sha256_digest(body), "size": len(body)}],
-    }
     tag = record_tag(record.fingerprint)
-    digest = registry.push_manifest(tag, json.dumps(manifest, sort_keys=True).encode())
+    digest = for_repository(repository).push_artifact(tag, CONFIG_TYPE, config, RECORD_TYPE, body)
     return f"{repository.ref}:{tag}@{digest}"
 
 
 def find(repository: Repository, digest: str) -> Record | None:
     """The record of a fingerprint in the repository; None when there is none."""
-    registry = client(repository)
-    found = registry.manifest(record_tag(digest))
+    registry = for_repository(repository)
+    found = registry.artifact(record_tag(digest), CONFIG_TYPE, "record")
     if found is None:
         return None
-    manifest = found.data
-    layers = manifest.get("layers") or []
-    if (manifest.get("config") or {}).get("mediaType") != CONFIG_TYPE or len(layers) != 1:
-        raise RegistryError(f"{repository.ref}:{record_tag(digest)[:28]}... is no record")
-    data = json.loads(registry.fetch_blob_bytes(str(layers[0].get("digest"))))
+    data = json.loads(registry.fetch_blob_bytes(found[1]))
     record = Record(
         str(data.get("fingerprint")),
         str(data.get("image")),

@@ -28,7 +28,9 @@ from urllib.parse import urljoin
 
 import requests
 
+from efa_image.artifacts.artifact_store import sha256_of
 from efa_image.errors import EfaImageError
+from efa_image.registry import credentials
 from efa_image.registry.credentials import Credentials
 from efa_image.registry.reference import Repository, is_loopback
 
@@ -39,6 +41,7 @@ ACCEPT = ", ".join((OCI_MANIFEST, DOCKER_MANIFEST))
 TIMEOUT = (5.0, 120.0)
 CHUNK = 1 << 20
 CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+TITLE = "org.opencontainers.image.title"
 
 
 class RegistryError(EfaImageError):
@@ -267,6 +270,49 @@ class Client:
             raise self.refused(f"manifest {reference}", response)
         return sha256_digest(body)
 
+    # Artifacts: a config naming what it is, and one layer --------------------------------
+
+    def push_artifact(
+        self, tag: str, config_type: str, config: bytes, layer_type: str, layer: Path | bytes
+    ) -> str:
+        """The layer, then the config, then the manifest under `tag`: a tag only ever names
+        a whole artifact. The manifest's digest."""
+        if isinstance(layer, bytes):
+            digest, size = sha256_digest(layer), len(layer)
+            self.push_blob(digest, size, layer)
+        else:
+            digest, size = f"sha256:{sha256_of(layer)}", layer.stat().st_size
+            with layer.open("rb") as body:
+                self.push_blob(digest, size, body)
+        self.push_blob(sha256_digest(config), len(config), config)
+        descriptor = {"mediaType": layer_type, "digest": digest, "size": size}
+        if isinstance(layer, Path):
+            descriptor["annotations"] = {TITLE: layer.name}
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": config_type,
+                "digest": sha256_digest(config),
+                "size": len(config),
+            },
+            "layers": [descriptor],
+        }
+        return self.push_manifest(tag, json.dumps(manifest, sort_keys=True, indent=1).encode())
+
+    def artifact(self, tag: str, config_type: str, what: str) -> tuple[bytes, str] | None:
+        """The config and the layer's digest of the artifact under `tag`; None when there is
+        none; an error when the tag names something else (`what` says what it should be)."""
+        found = self.manifest(tag)
+        if found is None:
+            return None
+        manifest = found.data
+        layers = manifest.get("layers") or []
+        config = manifest.get("config") or {}
+        if config.get("mediaType") != config_type or len(layers) != 1:
+            raise RegistryError(f"{self.repository.ref}:{tag[:28]}... is no {what}")
+        return self.fetch_blob_bytes(str(config.get("digest"))), str(layers[0].get("digest"))
+
     def refused(self, what: str, response: requests.Response) -> RegistryError:
         if response.status_code == 405:
             return RegistryError(
@@ -274,6 +320,11 @@ class Client:
                 "read-only, or a pull-through mirror)"
             )
         return RegistryError(f"{self.repository.ref} refused {what} ({why(response)})")
+
+
+def for_repository(repository: Repository) -> Client:
+    """A client with the credentials this machine would log in to the registry with."""
+    return Client(repository, lambda: credentials.for_repository(repository))
 
 
 def basic(credentials: Credentials) -> str:
