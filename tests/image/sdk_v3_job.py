@@ -41,6 +41,7 @@ print(f"sdk-v3 rank {comm.Get_rank()} of {comm.Get_size()} on {host}", flush=Tru
 TORCHRUN_ENTRY = """\
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -52,13 +53,15 @@ rank, world = dist.get_rank(), dist.get_world_size()
 value = torch.tensor([float(rank + 1)])
 dist.all_reduce(value)
 assert value.item() == world * (world + 1) / 2, (value.item(), world)
-print(
+# One write per line: the ranks of a host share its output, unbuffered (PYTHONUNBUFFERED),
+# and print() would write the newline apart, so two ranks' lines could run together.
+sys.stdout.write(
     f"sdk-v3 torchrun rank {rank} of {world} on {host} local {os.environ['LOCAL_RANK']}"
     f" sum {value.item():g} torch {torch.__version__}"
     f" NCCL_SOCKET_IFNAME={os.environ.get('NCCL_SOCKET_IFNAME')}"
-    f" NCCL_PROTO={os.environ.get('NCCL_PROTO')}",
-    flush=True,
+    f" NCCL_PROTO={os.environ.get('NCCL_PROTO')}\\n"
 )
+sys.stdout.flush()
 if rank == 0:
     with open(os.path.join(os.environ["SM_MODEL_DIR"], "allreduce.json"), "w") as out:
         json.dump({"world": world, "sum": value.item(), "host": host}, out)
