@@ -1,6 +1,6 @@
 # The two commands: `make image` and `make test` (run as root on Debian 12).
 # Both run `make setup` first. Every step prints its wall clock and CPU time
-# when it ends (bash's `time`); pytest prints the slowest tests and Ansible its
+# when it ends (scripts/step); pytest prints the slowest tests and Ansible its
 # slowest tasks (profile_tasks).
 SHELL := /bin/bash
 # The distribution's Python builds the virtualenv where it has one: Debian builds
@@ -17,8 +17,9 @@ BIN := $(VENV)/bin
 unexport PYTHONDONTWRITEBYTECODE
 # Tools from the virtualenv first; `setup` itself runs with the system python3.
 WITH_VENV := env PATH=$(abspath $(BIN)):$(PATH)
-# Prefix of every step: its wall clock and CPU time, printed when it ends.
-TIMED = TIMEFORMAT='==> $@: %1Rs wall, %1Us user + %1Ss system CPU'; time
+# Prefix of every step: its wall clock and CPU time, printed when it ends, and
+# in make test its log and exit status for the summary at the end.
+TIMED = $(CURDIR)/scripts/step $@
 # `make image`: the flavour and profile to build; BASE_IMAGE= replaces the
 # flavour's base image (flavors.yml).
 FLAVOR ?= efa
@@ -37,7 +38,8 @@ CI_MIRROR_ARTIFACTS := libfabric openmpi openmpi4 metis nccl_wheel rmm_wheel rap
     pytorch_cu13 nccl_wheel_cu13 cuda13_toolkit
 
 .PHONY: setup image bench test test-steps lint ruff ruff-format yamllint ansible-lint unit \
-    packer-check inputs ci-mirror base-images molecule image-tests docs clean
+    packer-check inputs ci-mirror base-images molecule image-tests docs clean \
+    test-engine test-engine-stop
 
 setup:
 	@$(TIMED) env PYTHONPATH=src $(PYTHON) -m efa_image setup
@@ -68,11 +70,31 @@ bench: setup
 # time, one per core, in the order of TEST_STEPS as their prerequisites allow;
 # each step's output comes as one block when it ends (--output-sync), so the
 # two cores' lines never mix. A step alone streams its output: `make
-# molecule@openmpi/default`, `make image-tests@build`. `make -k test` goes on
-# past a failed step.
+# molecule@openmpi/default`, `make image-tests@build`. A failed step does not
+# stop the others (--keep-going): make test ends with the steps' times and the
+# failed steps' first error lines (tools/stepsummary.py).
+#
+# The steps that use Docker talk to make test's own engine, whose image store
+# make test empties first, so every run builds its bases and images as a new
+# machine's first run does; their artifact and build cache is emptied with it.
+# The machine's engine, its images and ~/.cache/efa-image are left alone. A step
+# run alone starts the engine on the store the last run left (test-engine).
 TEST_JOBS ?= 2
+TEST_STATE := $(CURDIR)/build/test-engine
+TEST_LOGS := $(CURDIR)/build/test-logs
+TEST_ENGINE := $(BIN)/python -m efa_image.setup.testengine --state $(TEST_STATE)
 test: setup
-	@$(TIMED) $(MAKE) --no-print-directory --jobs=$(TEST_JOBS) --output-sync=target TEST_ORDER=1 test-steps
+	@rm -rf $(TEST_LOGS) $(TEST_STATE)/cache && $(TEST_ENGINE) start --fresh
+	@env STEP_LOGS=$(TEST_LOGS) $(TIMED) $(MAKE) --no-print-directory --keep-going --jobs=$(TEST_JOBS) \
+	    --output-sync=target TEST_ORDER=1 test-steps; status=$$?; \
+	$(TEST_ENGINE) stop; \
+	$(BIN)/python tools/stepsummary.py $(TEST_LOGS) $(TEST_STEPS) ci-mirror base-images && exit $$status
+
+test-engine:
+	@$(TEST_ENGINE) start
+
+test-engine-stop:
+	@$(TEST_ENGINE) stop
 
 # Every scenario: roles/ROLE/molecule/SCENARIO as ROLE/SCENARIO, and the
 # flavours' scenarios in molecule/ by name.
@@ -128,6 +150,11 @@ TEST_STEPS := image-tests@build $(EARLY_STEPS) \
     $(LATE_STEPS)
 test-steps: $(TEST_STEPS)
 
+DOCKER_STEPS := inputs ci-mirror base-images molecule image-tests $(SCENARIO_STEPS) $(IMAGE_TEST_STEPS)
+$(DOCKER_STEPS): export DOCKER_HOST := unix:///run/efa-image/test-engine/docker.sock
+$(DOCKER_STEPS): export EFA_IMAGE_CACHE := $(TEST_STATE)/cache
+base-images $(SCENARIO_STEPS) $(IMAGE_TEST_STEPS): | test-engine
+
 lint: ruff ruff-format yamllint ansible-lint
 
 ruff:
@@ -143,9 +170,11 @@ ansible-lint:
 	@$(TIMED) $(WITH_VENV) ansible-lint --strict
 
 # Two workers; a file's tests stay on one worker, so a module's fixture (an
-# Ansible run on localhost) runs once.
+# Ansible run on localhost) runs once. In a shuffled order (pytest-randomly), so
+# a test that needs another to run first fails; the header names the seed, and
+# `pytest -p randomly --randomly-seed=N` runs that order again.
 unit:
-	@$(TIMED) $(BIN)/pytest -n 2 --dist loadfile --durations=10
+	@$(TIMED) $(BIN)/pytest -p randomly -n 2 --dist loadfile --durations=10
 
 packer-check:
 	@$(TIMED) $(WITH_VENV) scripts/packer-check
@@ -171,7 +200,7 @@ scenario_dir = $(if $(findstring /,$(1)),roles/$(subst /,/molecule/,$(1)),molecu
 $(SCENARIO_STEPS): molecule@%: inputs
 	@dir=$(call scenario_dir,$*); names=$$(grep -hv '^#' $$dir/requires-artifacts 2>/dev/null); \
 	if [[ -n $$names ]] && ! $(MOLECULE_ENV) efa-image fetch --check $$(printf -- '--name %s ' $$names) >/dev/null 2>&1; then \
-	    echo "==> $@: skipped: the mirror ($(MIRROR)) lacks" $$names", which no reachable source carries"; \
+	    $(TIMED) echo "skipped: the mirror ($(MIRROR)) lacks" $$names", which no reachable source carries"; \
 	else \
 	    cd $(if $(findstring /,$*),roles/$(firstword $(subst /, ,$*)),.) && \
 	    $(TIMED) $(MOLECULE_ENV) molecule test --scenario-name $(lastword $(subst /, ,$*)); \
@@ -195,8 +224,9 @@ image-tests: $(IMAGE_TEST_STEPS)
 docs:
 	env PYTHONPATH=tools $(BIN)/python -m roledocs
 
-# Removes the base images and test containers; the virtualenv stays (rm -rf .venv).
+# Removes make test's engine with its store, and the base images of `make image`;
+# the virtualenv stays (rm -rf .venv).
 clean:
-	-docker ps -aq --filter label=org.efa-image.test=molecule | xargs -r docker rm -f
+	-$(TEST_ENGINE) remove
 	-$(BIN)/efa-image base --clean
-	rm -rf .cache .pytest_cache .ruff_cache
+	rm -rf .cache .pytest_cache .ruff_cache build/test-logs

@@ -159,9 +159,7 @@ def test_an_empty_data_root_gets_a_journaled_loop_filesystem(tmp_path, monkeypat
         assert again == f"data root {target}: journaled ext4 in {image}, mounted"
         assert image.stat().st_ino == inode
     finally:
-        source = subprocess.run(
-            ["findmnt", "-no", "SOURCE", str(target)], capture_output=True, text=True
-        ).stdout.strip()
-        if source:
-            subprocess.run(["umount", str(target)], check=False)
-            subprocess.run(["losetup", "--detach", source], check=False)
+        released = dockerroot.release(target)
+    assert released.startswith(f"{target}: unmounted (/dev/loop")
+    assert dockerroot.release(target) == f"{target}: not mounted"
+    assert not Path(f"/sys/block/{loop}/loop").exists()

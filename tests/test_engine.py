@@ -37,7 +37,7 @@ def test_pid_file_of_a_zombie_is_stale(tmp_path):
 
 
 def test_no_dockerd_names_the_fix(monkeypatch):
-    monkeypatch.setattr(engine, "docker_answers", lambda timeout=10.0: False)
+    monkeypatch.setattr(engine, "docker_answers", lambda timeout=10.0, host=None: False)
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(EfaImageError, match=r"dockerd is not installed: run `make setup`"):
         engine.ensure_docker()
@@ -55,7 +55,7 @@ def fake_dockerd(monkeypatch, tmp_path):
         # The stand-in must not move this machine's Docker data root (test_dockerroot.py
         # tries that on a scratch directory).
         monkeypatch.setenv("EFA_IMAGE_DOCKER_ROOT", "host")
-        monkeypatch.setattr(engine, "docker_answers", lambda timeout=10.0: False)
+        monkeypatch.setattr(engine, "docker_answers", lambda timeout=10.0, host=None: False)
         monkeypatch.setattr(engine, "STALE_PID_FILES", ())
         monkeypatch.setattr(shutil, "which", lambda name: str(fake) if name == "dockerd" else None)
         return fake

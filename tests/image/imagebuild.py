@@ -6,6 +6,7 @@ their own flavour and profile and at their own builds' containers.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -38,10 +39,23 @@ def docker(*argv: str) -> str:
     return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True).stdout
 
 
+@functools.cache
+def ensure_base(ref: str) -> str:
+    """Make the base image ref present (`efa-image base --image`: ours are built from their
+    recipe, others pulled) and return it: what a test that runs a base asks for first."""
+    argv = [sys.executable, "-m", "efa_image", "base", "--image", ref]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return ref
+
+
 def in_image(image: str, script: str) -> subprocess.CompletedProcess[str]:
-    """`sh -c SCRIPT` in a throw-away container of IMAGE."""
+    """`sh -c SCRIPT` in a throw-away container of IMAGE. Never pulled: an image no
+    fixture made fails here, in the test that used it, with "No such image"."""
     return subprocess.run(
-        ["docker", "run", "--rm", image, "sh", "-c", script], capture_output=True, text=True
+        ["docker", "run", "--rm", "--pull=never", image, "sh", "-c", script],
+        capture_output=True,
+        text=True,
     )
 
 

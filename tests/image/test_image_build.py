@@ -16,6 +16,7 @@ import time
 
 import pytest
 from imagebuild import (
+    BASE,
     FLAVOR,
     OWNER_LABEL,
     PROFILE,
@@ -23,6 +24,7 @@ from imagebuild import (
     build_and_report,
     build_argv,
     docker,
+    ensure_base,
 )
 
 from efa_image.building import build_cache
@@ -167,7 +169,7 @@ def test_tags_verify_rechecks_a_running_container_without_changing_it(built):
 
 def test_verify_errors_are_one_line_naming_the_fix(built):
     """What a user gets wrong first: each stops with one line, before any check runs."""
-    base = os.environ.get("EFA_IMAGE_BASE", "efa-image/base:debian13")
+    base = ensure_base(BASE)
     cases = {
         ("--image", "nosuch:latest"): "no image nosuch:latest here, and it could not be pulled",
         ("--image", base): f"{base} has no /opt/efa-image/manifest.json: efa-image did not build",

@@ -19,7 +19,7 @@ import sys
 import time
 
 import pytest
-from imagebuild import BASE, build_argv, docker
+from imagebuild import BASE, build_argv, docker, ensure_base
 
 from localregistry import free_port, get, local_registry
 
@@ -151,7 +151,7 @@ def test_an_image_that_was_not_verified_is_refused(pushed, registry):
     labels = json.loads(
         docker("image", "inspect", "--format", "{{json .Config.Labels}}", pushed["image"])
     )
-    container = docker("create", BASE, "true").strip()
+    container = docker("create", ensure_base(BASE), "true").strip()
     forged = f"{NAME}-forged:latest"
     try:
         changes = [arg for k, v in labels.items() for arg in ("--change", f'LABEL {k}="{v}"')]

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild import ensure_base
+
 BASE = "efa-image/base:debian12"
 REPOSITORY = "efa-image-test/vm"
 USER = "admin"
@@ -84,7 +86,7 @@ def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def image() -> str:
     """The VM-like image, made from the Debian 12 base once per recipe."""
-    base_id = docker("image", "inspect", "--format", "{{.Id}}", BASE).stdout.strip()
+    base_id = docker("image", "inspect", "--format", "{{.Id}}", ensure_base(BASE)).stdout.strip()
     recipe = hashlib.sha256(f"{base_id}\n{SETUP}\n{BOOT}".encode()).hexdigest()[:16]
     ref = f"{REPOSITORY}:{recipe}"
     if docker("image", "inspect", ref, check=False).returncode == 0:

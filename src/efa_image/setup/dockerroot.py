@@ -173,3 +173,16 @@ def prepare(
         f"data root {target}: journaled ext4 in {image} on {loop}{made} "
         f"({mount.source} has no journal: file creation after deletions is slow there)"
     )
+
+
+def release(target: Path) -> str:
+    """Unmount the loop filesystem at target (with anything a killed dockerd left mounted
+    below it) and free its loop device; nothing to do where target is no mount point."""
+    mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+    if target.resolve() not in {mount.point for mount in mounts}:
+        return f"{target}: not mounted"
+    loop = mount_of(target.resolve(), mounts).source
+    run_command(["umount", "--recursive", str(target)])
+    if loop_backing_file(loop) is not None:
+        run_command(["losetup", "--detach", loop], check=False)
+    return f"{target}: unmounted ({loop})"

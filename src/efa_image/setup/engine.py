@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from efa_image.errors import EfaImageError
@@ -15,14 +17,16 @@ from efa_image.setup import dockerroot
 STALE_PID_FILES = (Path("/var/run/docker.pid"), Path("/var/run/docker/containerd/containerd.pid"))
 
 
-def docker_answers(timeout: float = 10.0) -> bool:
-    """True when `docker info` reaches a daemon within timeout seconds."""
+def docker_answers(timeout: float = 10.0, host: str | None = None) -> bool:
+    """True when `docker info` reaches a daemon (DOCKER_HOST's, or host) within timeout seconds."""
     if shutil.which("docker") is None:
         return False
+    env = {**os.environ, "DOCKER_HOST": host} if host else None
     try:
         proc = subprocess.run(
             ["docker", "info", "--format", "{{.ServerVersion}}"],
             capture_output=True,
+            env=env,
             timeout=timeout,
             check=False,
         )
@@ -31,7 +35,7 @@ def docker_answers(timeout: float = 10.0) -> bool:
     return proc.returncode == 0
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """A zombie (killed, not yet reaped) counts as dead."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -48,7 +52,7 @@ def remove_stale_pid_files(pid_files: tuple[Path, ...] = STALE_PID_FILES) -> lis
             pid = int(pid_file.read_text().strip() or "0")
         except (FileNotFoundError, ValueError):
             continue
-        if pid <= 0 or not _pid_alive(pid):
+        if pid <= 0 or not pid_alive(pid):
             pid_file.unlink(missing_ok=True)
             removed.append(pid_file)
     return removed
@@ -73,6 +77,12 @@ def ensure_docker(wait_seconds: float = 60.0) -> str:
     """Return how the engine was found ('running' or 'started'); raise if none comes up."""
     if docker_answers():
         return "running"
+    if host := os.environ.get("DOCKER_HOST"):
+        # Starting the default engine would not help: the client talks to host.
+        raise EfaImageError(
+            f"no Docker engine answers at DOCKER_HOST={host}: start that engine, "
+            "or unset DOCKER_HOST to use (and start) this machine's"
+        )
     dockerd = shutil.which("dockerd")
     if dockerd is None:
         raise EfaImageError(
@@ -84,11 +94,19 @@ def ensure_docker(wait_seconds: float = 60.0) -> str:
     print(prepare_data_root(), flush=True)
     log_dir = state_dir()
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / "dockerd.log"
+    start_dockerd([dockerd], log_dir / "dockerd.log", wait_seconds=wait_seconds)
+    return "started"
+
+
+def start_dockerd(
+    argv: Sequence[str], log_path: Path, wait_seconds: float = 60.0, host: str | None = None
+) -> None:
+    """Start dockerd (argv) in the background, logging to log_path, and wait until host
+    (or DOCKER_HOST's engine) answers; raise with the log's last lines if it does not."""
     print(f"starting dockerd in the background (log: {log_path})", flush=True)
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
-            [dockerd],
+            list(argv),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -96,8 +114,8 @@ def ensure_docker(wait_seconds: float = 60.0) -> str:
         )
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
-        if docker_answers(timeout=5):
-            return "started"
+        if docker_answers(timeout=5, host=host):
+            return
         if proc.poll() is not None:
             raise EfaImageError(
                 f"dockerd exited with {proc.returncode} while starting; "
