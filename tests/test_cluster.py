@@ -8,11 +8,15 @@ image (tests/image/test_image_build.py).
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from efa_image.errors import EfaImageError
 from efa_image.verification import cluster, multihost, verify
 from nccl_lines import EFA_LINES
 
@@ -47,6 +51,8 @@ def test_enroot_form_of_image_references():
     )
     assert cluster.enroot_image("localhost:5000/efa:x") == "localhost:5000#efa:x"
     assert cluster.enroot_image("nvidia/cuda:12.4.1-devel") == "nvidia/cuda:12.4.1-devel"
+    # What `efa-image build` leaves in this daemon, never pushed: pyxis imports it from there.
+    assert cluster.enroot_image("efa-image:efa-aws", local=True) == "dockerd://efa-image:efa-aws"
 
 
 def test_sbatch_script_runs_all_reduce_perf_through_pmix_in_the_image():
@@ -116,9 +122,39 @@ def test_cli_judges_the_h200_log_and_fails_where_efa_is_declared():
     )
 
 
+def test_sbatch_script_of_an_image_without_nccl_tests_runs_the_mpi_self_check():
+    script = cluster.sbatch_script(
+        2, 8, check="mpi", image="efa-image:efa-reduced-portable", image_is_local=True,
+        efa=False, output="check-%j.log",
+    )  # fmt: skip
+    lines = script.splitlines()
+    assert "#SBATCH --ntasks-per-node=1" in lines and "#SBATCH --output=check-%j.log" in lines
+    assert not any("--gpus-per-node" in line or "NCCL_" in line for line in lines)
+    assert "#   efa-image verify --log check-JOBID.log --nodes 2" in lines
+    for exported in (
+        "OMPI_MCA_mtl=ofi",
+        "OMPI_MCA_mtl_ofi_provider_include=tcp",
+        "PMIX_MCA_gds=hash",
+    ):
+        assert f"export {exported}" in lines, exported
+    assert "FI_PROVIDER" not in script and "FI_EFA_FORK_SAFE" not in script
+    assert shlex.split(lines[-1]) == [
+        "srun", "--mpi=pmix", "--container-image=dockerd://efa-image:efa-reduced-portable",
+        multihost.CHECK,
+    ]  # fmt: skip
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    # On EFA hosts: the efa provider, and libfabric's fork safety as AWS documents it.
+    on_efa = cluster.sbatch_script(2, 8, check="mpi").splitlines()
+    assert "export FI_PROVIDER=efa" in on_efa and "export FI_EFA_FORK_SAFE=1" in on_efa
+    assert "export OMPI_MCA_mtl_ofi_provider_include=efa" in on_efa
+    assert "PMIX_MCA_gds" not in "\n".join(on_efa)  # no container
+    assert "#   efa-image verify --log efa-image-check-JOBID.log --nodes 2 --efa present" in on_efa
+
+
 def test_cli_prints_the_sbatch_script_and_refuses_without_a_target():
-    printed = efa_image("--sbatch", "--nodes", "2", "--image", "efa-image:efa-aws")
+    printed = efa_image("--sbatch", "--nodes", "2")
     assert printed.returncode == 0 and "#SBATCH --nodes=2" in printed.stdout
+    assert cluster.NCCL_TESTS in printed.stdout  # an AMI of the efa flavour
     nothing = efa_image()
     assert nothing.returncode == 1
     assert nothing.stderr.strip().splitlines() == [
@@ -159,3 +195,64 @@ def test_hostfile_names_the_hosts_as_mpirun_reads_them():
     assert cluster.read_hostfile(text) == ["h1", "h2", "h3"]
     missing = efa_image("--hostfile", "/nonexistent/hosts")
     assert missing.returncode == 1 and "no hostfile /nonexistent/hosts" in missing.stderr
+
+
+# The MPI self-check's output under srun, in the format of roles/openmpi's
+# mpi_allreduce_check and of Open MPI's MTL selection (tests/test_multihost.py's lines).
+MPI_JOB = """\
+[n1:00012] (   mtl) Selected component [ofi]
+[n1:00012] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
+[n2:00034] (   mtl) Selected component [ofi]
+[n2:00034] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
+rank 0 of 2 on n1: sum 3 expected 3
+rank 1 of 2 on n2: sum 3 expected 3
+"""
+
+
+def test_cli_judges_an_mpi_self_check_log_and_fails_singletons_with_the_remedy(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text(MPI_JOB)
+    passed = efa_image("--log", str(log), "--nodes", "2")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert (
+        "ok   mpi-job" in passed.stdout and "ok   nodes: ranks on 2 hosts, want 2" in passed.stdout
+    )
+    assert efa_image("--log", str(log), "--nodes", "3").returncode != 0
+    singletons = MPI_JOB.replace("rank 1 of 2", "rank 0 of 1").replace("rank 0 of 2", "rank 0 of 1")
+    log.write_text(singletons.replace("sum 3 expected 3", "sum 1 expected 1"))
+    failed = efa_image("--log", str(log), "--nodes", "2")
+    assert failed.returncode == 1
+    assert failed.stderr.strip().splitlines() == [
+        f"efa-image: error: {log}: 2 ranks each in a world of 1: the launcher started 2 "
+        "singletons, not one job; with Slurm start them with `srun --mpi=pmix` (PMIx from Slurm)"
+    ]
+
+
+@pytest.fixture
+def docker_answering(monkeypatch, tmp_path):
+    """A stand-in `docker` on PATH that prints and exits as told (generic command mechanics:
+    no engine is reached)."""
+
+    def install(stdout: str, stderr: str = "", rc: int = 0) -> None:
+        fake = tmp_path / "docker"
+        fake.write_text(f"#!/bin/sh\nprintf '{stdout}'\nprintf '{stderr}' >&2\nexit {rc}\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+
+    return install
+
+
+def test_the_checks_an_image_holds_decide_the_script(docker_answering):
+    docker_answering("mpi\n")
+    assert cluster.image_checks("efa-image:efa-reduced-portable") == ["mpi"]
+    docker_answering("mpi\nnccl\n")
+    assert cluster.image_checks("efa-image:efa-aws") == ["nccl", "mpi"]
+
+
+def test_an_image_that_is_not_here_is_refused_in_one_line(docker_answering):
+    docker_answering("", "docker: Error response from daemon: No such image: x:y.\n", 125)
+    with pytest.raises(EfaImageError) as caught:
+        cluster.image_checks("x:y")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("cannot look into x:y (docker: Error")
+    assert message.endswith("pull or build it here first")

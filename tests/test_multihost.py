@@ -42,3 +42,31 @@ def test_mpirun_command_places_one_rank_per_host_through_the_provider():
     assert argv[:5] == [multihost.MPIRUN, "-np", "2", "--host", "a:1,b:1"]
     assert argv[argv.index("mtl_ofi_provider_include") + 1] == "tcp"
     assert argv[-1] == multihost.CHECK
+
+
+# srun without --mpi=pmix: every process a world of its own (lines in the format of
+# roles/openmpi's mpi_allreduce_check, each rank summing only its own rank + 1).
+SINGLETONS = """\
+[c1:00012] (   mtl) Selected component [ofi]
+[c1:00012] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
+[c2:00034] (   mtl) Selected component [ofi]
+[c2:00034] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
+rank 0 of 1 on c1: sum 1 expected 1
+rank 0 of 1 on c2: sum 1 expected 1
+"""
+
+
+def test_n_singletons_are_not_one_job_and_the_remedy_is_named():
+    job = result(SINGLETONS, hosts=("c1", "c2"))
+    assert job.singletons and not job.ok
+    assert "2 ranks each in a world of 1" in job.render()
+    assert "srun --mpi=pmix" in job.render()
+    good = result(OUTPUT)
+    assert not good.singletons
+
+
+def test_a_world_of_more_ranks_than_hosts_needs_every_rank():
+    two_per_host = OUTPUT.replace("of 2", "of 4")
+    assert not result(two_per_host).ok  # ranks 2 and 3 never reported
+    job = multihost.job_result(["efa-mpi-1", "efa-mpi-2"], "tcp", "srun", 0, OUTPUT, world=4)
+    assert job.expected == 4 and not job.ok

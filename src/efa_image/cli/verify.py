@@ -19,10 +19,7 @@ def cmd_verify(args: argparse.Namespace) -> None:
         args.across = ",".join(cluster.read_hostfile(path.read_text()))
     wheres = [args.container, args.image, args.across, args.log]
     if args.sbatch:
-        print(cluster.sbatch_script(
-            args.nodes or 2, args.gpus_per_host or 8, image=args.image,
-            max_bytes=args.max_bytes, efa=args.efa != "absent",
-        ), end="")  # fmt: skip
+        print_sbatch(args)
         return
     if sum(bool(where) for where in wheres) != 1:
         raise EfaImageError(
@@ -54,9 +51,37 @@ def cmd_verify(args: argparse.Namespace) -> None:
             raise EfaImageError(f"the MPI job across {args.hosts} containers failed")
 
 
+def print_sbatch(args: argparse.Namespace) -> None:
+    """The check the image (or, without one, an AMI of the efa flavour) holds, as a batch script."""
+    from efa_image.building import images
+    from efa_image.verification import cluster
+
+    check, local = args.check or "nccl", False
+    if args.image:
+        ensure_docker()
+        held = cluster.image_checks(args.image)
+        if not held:
+            raise EfaImageError(
+                f"{args.image} holds neither {cluster.NCCL_TESTS} nor {cluster.CHECKS['mpi']}: "
+                "build a flavour with nccl-tests or Open MPI (efa, efa-reduced)"
+            )
+        if args.check and args.check not in held:
+            raise EfaImageError(
+                f"{args.image} has no {cluster.CHECKS[args.check]} for --check {args.check}"
+            )
+        check = args.check or held[0]
+        local = not images.repo_digests(args.image)
+    print(cluster.sbatch_script(
+        args.nodes or 2, args.gpus_per_host or 8, check=check, image=args.image,
+        image_is_local=local, max_bytes=args.max_bytes, efa=args.efa != "absent",
+        output=args.output,
+    ), end="")  # fmt: skip
+
+
 def verify_log(args: argparse.Namespace) -> None:
-    """Judge an all_reduce_perf log run elsewhere (the --sbatch script's)."""
-    from efa_image.verification import cluster, verify
+    """Judge a log of a check run elsewhere (the --sbatch script's): all_reduce_perf's, or
+    the MPI self-check's."""
+    from efa_image.verification import cluster, multihost, verify
 
     path = Path(args.log)
     if not path.is_file():
@@ -65,9 +90,18 @@ def verify_log(args: argparse.Namespace) -> None:
     report = verify.Report(
         "log", f"{path}; EFA devices {'declared present' if present else 'not declared'}"
     )
+    text = path.read_text(errors="replace")
+    if cluster.is_mpi_check_log(text):
+        job = cluster.judge_mpi_log(report, text, nodes=args.nodes, efa=present)
+        print(report.to_json() if args.json else report.render())
+        if job.singletons:
+            raise EfaImageError(f"{path}: {multihost.SINGLETONS.format(count=len(job.ranks))}")
+        if not report.ok:
+            raise EfaImageError(f"{path}: the MPI self-check failed verification")
+        return
     cluster.judge_nccl_log(
         report,
-        path.read_text(errors="replace"),
+        text,
         nodes=args.nodes or 1,
         instance_type=args.instance_type,
         efa_devices=["declared"] if present else [],
@@ -212,7 +246,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     verify_cmd.add_argument(
         "--sbatch",
         action="store_true",
-        help="print the all_reduce_perf check as a Slurm batch script (srun --mpi=pmix; with "
-        "--image, pyxis's --container-image) and exit",
+        help="print the check as a Slurm batch script (srun --mpi=pmix; with --image, pyxis's "
+        "--container-image, and the check the image holds) and exit",
+    )
+    verify_cmd.add_argument(
+        "--check",
+        choices=["mpi", "nccl"],  # cluster.CHECKS
+        help="with --sbatch: nccl (all_reduce_perf on every GPU) or mpi (the MPI self-check, "
+        "one rank per node); default: nccl where the image holds it, else mpi",
+    )
+    verify_cmd.add_argument(
+        "--output",
+        default="efa-image-check-%j.log",
+        help="with --sbatch: the job's log (sbatch --output), which `verify --log` judges",
     )
     verify_cmd.set_defaults(func=cmd_verify)

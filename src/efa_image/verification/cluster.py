@@ -16,6 +16,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 
+from efa_image.errors import EfaImageError
 from efa_image.verification import multihost, nccl_log, nccl_tests, verify
 
 NCCL_TESTS = "/opt/nccl-tests/bin/all_reduce_perf"
@@ -139,6 +140,27 @@ def judge_nccl_log(
     return result
 
 
+def is_mpi_check_log(text: str) -> bool:
+    """The MPI self-check's output (its rank lines), not all_reduce_perf's."""
+    ranks, _ = multihost.parse(text)
+    return bool(ranks) and "all_reduce_perf" not in text and "#  Rank" not in text
+
+
+def judge_mpi_log(
+    report: verify.Report, text: str, *, nodes: int | None, efa: bool
+) -> multihost.JobResult:
+    """The MPI self-check's log from a job started elsewhere (srun): one job of every rank
+    that printed (not N singletons), on `nodes` hosts, through the OFI MTL on efa (declared)
+    or tcp."""
+    ranks, _ = multihost.parse(text)
+    hosts = sorted({rank.host for rank in ranks})
+    job = multihost.job_result(hosts, "efa" if efa else "tcp", "(log)", 0, text, len(ranks))
+    report.add("mpi-job", job.ok, job.render().replace("\n", "\n    "))
+    if nodes is not None:
+        report.add("nodes", len(hosts) == nodes, f"ranks on {len(hosts)} hosts, want {nodes}")
+    return job
+
+
 def nccl_job(
     ssh: Ssh,
     hosts: list[str],
@@ -165,44 +187,98 @@ def nccl_job(
     )
 
 
-def enroot_image(reference: str) -> str:
+def enroot_image(reference: str, local: bool = False) -> str:
     """pyxis/enroot's form of an image reference: the registry host, then '#'
-    (123.dkr.ecr.us-east-1.amazonaws.com#efa-image:efa-aws); a name without a registry
-    stays as it is (Docker Hub)."""
+    (123.dkr.ecr.us-east-1.amazonaws.com#efa-image:efa-aws); an image that only a Docker
+    daemon holds (local: built here, never pushed or pulled) is imported from the node's
+    daemon (dockerd://efa-image:efa-aws); other names stay as they are (Docker Hub)."""
     first, sep, rest = reference.partition("/")
     if sep and ("." in first or ":" in first or first == "localhost"):
         return f"{first}#{rest}"
-    return reference
+    return f"dockerd://{reference}" if local else reference
+
+
+# What a batch script can run, by what the image or host holds.
+CHECKS = {"nccl": NCCL_TESTS, "mpi": multihost.CHECK}
+# Open MPI's OFI MTL on the provider, saying which it selected (as multihost.mpirun_command).
+MPI_ENV = {
+    "OMPI_MCA_pml": "cm",
+    "OMPI_MCA_mtl": "ofi",
+    "OMPI_MCA_mtl_base_verbose": "10",
+    "OMPI_MCA_mtl_ofi_verbose": "1",
+}
+
+
+def image_checks(image: str) -> list[str]:
+    """The checks whose program the image holds (nccl first), looked for in a container of it."""
+    probe = "; ".join(f"test -x {path} && echo {name}" for name, path in CHECKS.items())
+    proc = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--pull=never",
+            "--entrypoint",
+            "sh",
+            image,
+            "-c",
+            probe + "; true",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        said = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EfaImageError(
+            f"cannot look into {image} ({said}): the script must name what the image holds; "
+            "pull or build it here first"
+        )
+    return [name for name in CHECKS if name in proc.stdout.split()]
 
 
 def sbatch_script(
     nodes: int,
     gpus_per_node: int,
     *,
+    check: str = "nccl",
     image: str | None = None,
+    image_is_local: bool = False,
     max_bytes: str = "8G",
     efa: bool = True,
+    output: str = "efa-image-check-%j.log",
 ) -> str:
-    """The all_reduce_perf check as a Slurm batch script (ParallelCluster: srun's PMIx
-    launcher; with an image, pyxis runs each rank in a container of it)."""
-    env = {**NCCL_ENV, **({"FI_PROVIDER": "efa"} if efa else {})}
+    """The check as a Slurm batch script: srun's PMIx launcher starts the ranks; with an
+    image, pyxis runs each in a container of it. check nccl: all_reduce_perf on every GPU;
+    mpi: the MPI self-check, one rank per node, through the OFI MTL."""
+    provider = "efa" if efa else "tcp"
+    env = {"FI_EFA_FORK_SAFE": "1", "FI_PROVIDER": "efa"} if efa else {}
+    if check == "nccl":
+        env |= NCCL_ENV
+        tasks, argv = gpus_per_node, [NCCL_TESTS, "-b", "8", "-e", max_bytes, "-f", "2", "-g", "1"]
+        judge = f"--nodes {nodes} --instance-type TYPE"
+    else:
+        env |= {**MPI_ENV, "OMPI_MCA_mtl_ofi_provider_include": provider}
+        tasks, argv = 1, [multihost.CHECK]
+        judge = f"--nodes {nodes}" + (" --efa present" if efa else "")
     srun = ["srun", "--mpi=pmix"]
     if image:
-        srun += [f"--container-image={enroot_image(image)}"]
-    command = [*srun, NCCL_TESTS, "-b", "8", "-e", max_bytes, "-f", "2", "-g", "1"]
+        # enroot's PMIx hook hands Slurm's PMIx to the container; AWS's recipes pair it with
+        # the hash store (PMIx's shared-memory store needs what the container does not share).
+        env["PMIX_MCA_gds"] = "hash"
+        srun += [f"--container-image={enroot_image(image, image_is_local)}"]
     lines = [
         "#!/bin/bash",
-        "#SBATCH --job-name=efa-image-nccl-check",
+        f"#SBATCH --job-name=efa-image-{check}-check",
         f"#SBATCH --nodes={nodes}",
-        f"#SBATCH --ntasks-per-node={gpus_per_node}",
-        f"#SBATCH --gpus-per-node={gpus_per_node}",
+        f"#SBATCH --ntasks-per-node={tasks}",
+        *([f"#SBATCH --gpus-per-node={gpus_per_node}"] if check == "nccl" else []),
         "#SBATCH --exclusive",
-        "#SBATCH --output=efa-image-nccl-check-%j.log",
-        "# One rank per GPU on every node; judge the log with:",
-        f"#   efa-image verify --log efa-image-nccl-check-JOBID.log --nodes {nodes} "
-        "--instance-type TYPE",
+        f"#SBATCH --output={output}",
+        "# Judge the log (%j: the job ID) with:",
+        f"#   efa-image verify --log {output.replace('%j', 'JOBID')} {judge}",
         "set -euo pipefail",
         *(f"export {name}={shlex.quote(value)}" for name, value in env.items()),
-        shlex.join(command),
+        shlex.join([*srun, *argv]),
     ]
     return "\n".join(lines) + "\n"

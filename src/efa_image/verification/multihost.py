@@ -50,6 +50,18 @@ class JobResult:
     output: str
     ranks: list[Rank] = field(default_factory=list)
     ofi_selected: int = 0
+    # The ranks the job should have (default: one per host).
+    world: int = 0
+
+    @property
+    def expected(self) -> int:
+        return self.world or len(self.hosts)
+
+    @property
+    def singletons(self) -> bool:
+        """Every rank alone in a world of 1: the launcher started N processes that never
+        met (srun without --mpi=pmix), not one job."""
+        return len(self.ranks) > 1 and all(rank.size == 1 for rank in self.ranks)
 
     @property
     def providers(self) -> list[str]:
@@ -64,18 +76,22 @@ class JobResult:
     def ok(self) -> bool:
         return (
             self.rc == 0
-            and len(self.ranks) == len(self.hosts)
+            and sorted(rank.rank for rank in self.ranks) == list(range(self.expected))
+            and all(rank.size == self.expected for rank in self.ranks)
             and all(rank.total == rank.expected for rank in self.ranks)
             and self.hosts_seen == set(self.hosts)
-            and self.ofi_selected == len(self.hosts)
-            and self.providers == [self.provider] * len(self.hosts)
+            and self.ofi_selected == self.expected
+            and self.providers == [self.provider] * self.expected
         )
 
     def render(self) -> str:
         lines = [f"MPI allreduce on {len(self.hosts)} hosts through the OFI MTL ({self.provider})"]
         lines += [
-            f"  rank {r.rank} on {r.host}: sum {r.total}, want {r.expected}" for r in self.ranks
+            f"  rank {r.rank} of {r.size} on {r.host}: sum {r.total}, want {r.expected}"
+            for r in self.ranks
         ]
+        if self.singletons:
+            lines.append(f"  FAILED: {SINGLETONS.format(count=len(self.ranks))}")
         seen = ", ".join(sorted(self.hosts_seen)) or "none"
         lines.append(
             f"  {'ok' if self.ok else 'FAILED'}: hosts {seen}"
@@ -90,6 +106,12 @@ class JobResult:
         return "\n".join(lines)
 
 
+SINGLETONS = (
+    "{count} ranks each in a world of 1: the launcher started {count} singletons, not one "
+    "job; with Slurm start them with `srun --mpi=pmix` (PMIx from Slurm)"
+)
+
+
 def parse(output: str) -> tuple[list[Rank], int]:
     ranks = []
     for line in output.splitlines():
@@ -99,10 +121,13 @@ def parse(output: str) -> tuple[list[Rank], int]:
     return sorted(ranks, key=lambda r: r.rank), len(SELECTED_OFI.findall(output))
 
 
-def job_result(hosts: list[str], provider: str, command: str, rc: int, output: str) -> JobResult:
-    """The job's result from mpirun's exit status and output (every rank's line, the MTL's)."""
+def job_result(
+    hosts: list[str], provider: str, command: str, rc: int, output: str, world: int = 0
+) -> JobResult:
+    """The job's result from the launcher's exit status and output (every rank's line, the
+    MTL's); world: the ranks it should have, where not one per host."""
     ranks, selected = parse(output)
-    return JobResult(hosts, provider, command, rc, output, ranks, selected)
+    return JobResult(hosts, provider, command, rc, output, ranks, selected, world)
 
 
 def mpirun_command(hosts: list[str], provider: str, mpirun: str = MPIRUN) -> list[str]:
