@@ -43,6 +43,12 @@ def run_step(tmp_path: Path, name: str, script: str) -> int:
     [
         (PYTEST_FAILURE, "FAILED tests/image/test_cuda13.py::test_the_base_has_nvcc_13"),
         (ANSIBLE_FAILURE, 'fatal: [instance]: FAILED! => {"changed": false, "msg": "configure'),
+        # As molecule shows it: colours, its frame, and its own complaints before the play.
+        (
+            "\x1b[31m\x1b[1mCRITICAL\x1b[0m 'molecule/default/molecule.yml' glob failed.\n"
+            + "".join(f"  \x1b[2m│\x1b[0m {line}\n" for line in ANSIBLE_FAILURE.splitlines()),
+            'fatal: [instance]: FAILED! => {"changed": false',
+        ),
         (
             "src/x.py:3:1: I001 [*] Import block is un-sorted\nFound 1 error.\n",
             "src/x.py:3:1: I001",

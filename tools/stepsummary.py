@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TIMING = re.compile(r"^==> (?P<step>\S+): (?P<wall>[\d.]+)s wall")
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+# The frame molecule draws around Ansible's output ("  │ fatal: ...").
+FRAME = re.compile(r"^\s*│\s?")
 # The first line that says what went wrong, by the tool that said it; most telling first.
 ERROR_LINES = (
     re.compile(r"^FAILED \S+"),  # pytest's short summary: the test and its assertion
     re.compile(r"^ERROR \S+"),  # pytest: a fixture or collection error
-    re.compile(r"^(fatal|failed): \["),  # Ansible
+    re.compile(r"^(fatal|failed): \["),  # Ansible (molecule's frame taken off)
     re.compile(r"^efa-image: error: "),
     re.compile(r"^\S+:\d+:\d+: [A-Z]+\d+ "),  # ruff (concise), yamllint's path:line:col
     re.compile(r"^\s+\d+:\d+\s+error\s"),  # yamllint (standard)
@@ -38,7 +41,8 @@ class Step:
 
 def first_error_line(lines: list[str]) -> str:
     """The line that names the failure; the last line of output where none does."""
-    body = [line for line in lines if not TIMING.match(line)]
+    plain = (FRAME.sub("", COLOUR.sub("", line)) for line in lines)
+    body = [line for line in plain if not TIMING.match(line)]
     for pattern in ERROR_LINES:
         for line in body:
             if pattern.search(line):
