@@ -18,6 +18,7 @@ import pytest
 
 from efa_image.errors import EfaImageError
 from efa_image.verification import cluster, multihost, verify
+from mpi_lines import OUTPUT, SINGLETONS
 from nccl_lines import EFA_LINES
 
 GPU_DATA = Path(__file__).parent / "data" / "gpu"
@@ -197,29 +198,15 @@ def test_hostfile_names_the_hosts_as_mpirun_reads_them():
     assert missing.returncode == 1 and "no hostfile /nonexistent/hosts" in missing.stderr
 
 
-# The MPI self-check's output under srun, in the format of roles/openmpi's
-# mpi_allreduce_check and of Open MPI's MTL selection (tests/test_multihost.py's lines).
-MPI_JOB = """\
-[n1:00012] (   mtl) Selected component [ofi]
-[n1:00012] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
-[n2:00034] (   mtl) Selected component [ofi]
-[n2:00034] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
-rank 0 of 2 on n1: sum 3 expected 3
-rank 1 of 2 on n2: sum 3 expected 3
-"""
-
-
 def test_cli_judges_an_mpi_self_check_log_and_fails_singletons_with_the_remedy(tmp_path):
     log = tmp_path / "job.log"
-    log.write_text(MPI_JOB)
+    log.write_text(OUTPUT)
     passed = efa_image("--log", str(log), "--nodes", "2")
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert (
-        "ok   mpi-job" in passed.stdout and "ok   nodes: ranks on 2 hosts, want 2" in passed.stdout
-    )
+    assert "ok   mpi-job" in passed.stdout
+    assert "ok   nodes: ranks on 2 hosts, want 2" in passed.stdout
     assert efa_image("--log", str(log), "--nodes", "3").returncode != 0
-    singletons = MPI_JOB.replace("rank 1 of 2", "rank 0 of 1").replace("rank 0 of 2", "rank 0 of 1")
-    log.write_text(singletons.replace("sum 3 expected 3", "sum 1 expected 1"))
+    log.write_text(SINGLETONS)
     failed = efa_image("--log", str(log), "--nodes", "2")
     assert failed.returncode == 1
     assert failed.stderr.strip().splitlines() == [

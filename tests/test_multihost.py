@@ -1,15 +1,5 @@
 from efa_image.verification import multihost
-
-OUTPUT = """\
-[efa-mpi-1:00012] mca: base: components_open: opening mtl components
-[efa-mpi-1:00012] select: initializing mtl component ofi
-[efa-mpi-1:00012] (   mtl) Selected component [ofi]
-[efa-mpi-1:00012] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
-[efa-mpi-2:00034] (   mtl) Selected component [ofi]
-[efa-mpi-2:00034] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
-rank 1 of 2 on efa-mpi-2: sum 3 expected 3
-rank 0 of 2 on efa-mpi-1: sum 3 expected 3
-"""
+from mpi_lines import OUTPUT, SINGLETONS
 
 
 def result(output, rc=0, hosts=("efa-mpi-1", "efa-mpi-2")):
@@ -42,18 +32,6 @@ def test_mpirun_command_places_one_rank_per_host_through_the_provider():
     assert argv[:5] == [multihost.MPIRUN, "-np", "2", "--host", "a:1,b:1"]
     assert argv[argv.index("mtl_ofi_provider_include") + 1] == "tcp"
     assert argv[-1] == multihost.CHECK
-
-
-# srun without --mpi=pmix: every process a world of its own (lines in the format of
-# roles/openmpi's mpi_allreduce_check, each rank summing only its own rank + 1).
-SINGLETONS = """\
-[c1:00012] (   mtl) Selected component [ofi]
-[c1:00012] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
-[c2:00034] (   mtl) Selected component [ofi]
-[c2:00034] mtl_ofi_component.c:343: mtl:ofi:provider: tcp
-rank 0 of 1 on c1: sum 1 expected 1
-rank 0 of 1 on c2: sum 1 expected 1
-"""
 
 
 def test_n_singletons_are_not_one_job_and_the_remedy_is_named():
