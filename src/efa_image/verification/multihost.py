@@ -87,7 +87,7 @@ class JobResult:
     def render(self) -> str:
         lines = [f"MPI allreduce on {len(self.hosts)} hosts through the OFI MTL ({self.provider})"]
         lines += [
-            f"  rank {r.rank} of {r.size} on {r.host}: sum {r.total}, want {r.expected}"
+            f"  rank {r.rank} on {r.host}: sum {r.total}, want {r.expected} (world of {r.size})"
             for r in self.ranks
         ]
         if self.singletons:
